@@ -1,0 +1,244 @@
+package shard
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Shard is one cuckoo filter table. Use [New] to make one; the zero Shard
+// is not usable.
+//
+// Shard is safe for concurrent use by multiple goroutines: writers serialize
+// on an internal mutex and lookups take no lock. A Shard must not be copied
+// after first use.
+type Shard struct {
+	// Read side: everything a lookup touches, in one cache line.
+	seq atomic.Uint64         // seqlock: odd while fingerprints move
+	tab atomic.Pointer[table] // current table; replaced by Grow
+	_   [64 - 16]byte
+
+	// Write side, kept off the readers' cache line so that plain inserts and
+	// deletes do not invalidate it.
+	mu        sync.Mutex   // protects the fields below and writes to *tab
+	items     atomic.Int64 // written under mu, read without it by Len
+	doublings atomic.Int32 // written under mu
+	retries   atomic.Uint64
+	rng       uint64 // xorshift state for the eviction walk
+	path      []step // scratch: the current eviction walk, for rollback
+}
+
+// step records one eviction: lane of bucket held slot old before the walk
+// overwrote it.
+type step struct {
+	bucket uint64
+	lane   int
+	old    uint64
+}
+
+// New returns an empty shard with 2^log2Buckets buckets of four slots and
+// [InitialTailBits] tail bits. log2Buckets must be in [1, MaxLog2Buckets];
+// a shard of 2^k buckets takes 2^(k+3) bytes.
+func New(log2Buckets int) (*Shard, error) {
+	s := new(Shard)
+	if err := s.Init(log2Buckets, 0); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Init makes s an empty shard as [New] does, for shards kept by value in a
+// slice. seed starts the eviction walk's random sequence (0 picks a fixed
+// one). Init must be called before any other method and only once.
+func (s *Shard) Init(log2Buckets int, seed uint64) error {
+	if log2Buckets < 1 || log2Buckets > MaxLog2Buckets {
+		return fmt.Errorf("shard: log2 of bucket count %d out of range [1, %d]", log2Buckets, MaxLog2Buckets)
+	}
+	if seed == 0 {
+		seed = 0x9e3779b97f4a7c15
+	}
+	s.rng = seed
+	s.tab.Store(newTable(uint8(log2Buckets), InitialTailBits))
+	return nil
+}
+
+// Contains reports whether the item with fingerprint f and virtual index v
+// might be in the shard. If true, the result might be a false positive. If
+// false, the item is definitely not in the shard: no insert of it completed
+// before the call began without a delete after it.
+//
+// Contains takes no lock and does not allocate.
+func (s *Shard) Contains(f uint8, v uint64) bool {
+	g := alt(f)
+	for try := 0; ; try++ {
+		seq := s.seq.Load()
+		t := s.tab.Load()
+		b1, s1, b2, s2 := t.candidates(f, v, g)
+		if t.contains(b1, s1, b2, s2) {
+			return true // a match is never wrong, whatever writers are doing
+		}
+		// A miss is trusted only if no fingerprint moved while we read:
+		// otherwise we might have read bucket b1 before the item moved
+		// into it and b2 after it left.
+		if seq&1 == 0 && s.seq.Load() == seq {
+			return false
+		}
+		s.retries.Add(1)
+		if try >= 16 {
+			runtime.Gosched() // let the writer finish its walk
+		}
+	}
+}
+
+// Insert adds one copy of the item with fingerprint f (which must not be 0)
+// and virtual index v. It returns [ErrFull] if the item cannot be placed; the
+// shard is then unchanged. Inserting the same item more than 2·4 times (plus
+// the stash) overflows its two buckets.
+func (s *Shard) Insert(f uint8, v uint64) error {
+	if f == 0 {
+		return ErrZeroFingerprint
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.tab.Load()
+	b1, s1, b2, s2 := t.candidates(f, v, alt(f))
+	if t.put(b1, s1) || t.put(b2, s2) {
+		s.items.Add(1)
+		return nil
+	}
+	if s.next()&1 == 0 {
+		b1, s1 = b2, s2
+	}
+	if err := s.kickLocked(t, b1, s1); err != nil {
+		return err
+	}
+	s.items.Add(1)
+	return nil
+}
+
+// kickLocked places slot sl in bucket b, whose lanes are all taken, by a
+// random eviction walk of at most MaxKicks steps. If the walk ends with a
+// homeless slot, that slot goes to the stash; if the stash is full too, the
+// walk is undone and ErrFull returned.
+func (s *Shard) kickLocked(t *table, b, sl uint64) error {
+	// Fingerprints move from here on: readers must not trust a miss.
+	s.seq.Add(1)
+	defer s.seq.Add(1)
+
+	path := s.path[:0]
+	for range MaxKicks {
+		lane := int(s.next() % slotsPerBucket)
+		old := t.buckets[b]
+		victim := laneOf(old, lane)
+		path = append(path, step{bucket: b, lane: lane, old: victim})
+		atomic.StoreUint64(&t.buckets[b], withLane(old, lane, sl))
+		b, sl = t.other(b, victim)
+		if t.put(b, sl) {
+			s.path = path[:0]
+			return nil
+		}
+	}
+	if t.stashPut(b, sl) {
+		s.path = path[:0]
+		return nil
+	}
+	// Undo the walk in reverse order so that every slot is back where it
+	// was; the new item, written at the first step, disappears with it.
+	for i := len(path) - 1; i >= 0; i-- {
+		st := path[i]
+		atomic.StoreUint64(&t.buckets[st.bucket], withLane(t.buckets[st.bucket], st.lane, st.old))
+	}
+	s.path = path[:0]
+	return ErrFull
+}
+
+// Delete removes one copy of the item with fingerprint f and virtual index v
+// and reports whether there was one. It matches each bucket's exact expected
+// slot value, so it never removes an item that a lookup of another key
+// could not tell apart from this one. Deleting an item that was never
+// inserted can still remove a colliding item; callers delete only what they
+// inserted.
+func (s *Shard) Delete(f uint8, v uint64) bool {
+	if f == 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.tab.Load()
+	b1, s1, b2, s2 := t.candidates(f, v, alt(f))
+	if !t.remove(b1, s1) && !t.remove(b2, s2) {
+		i := t.stashIndex(b1<<laneBits|s1, b2<<laneBits|s2)
+		if i < 0 {
+			return false
+		}
+		t.stashClear(i)
+	}
+	s.items.Add(-1)
+	if t.stashN.Load() != 0 {
+		s.drainStashLocked(t)
+	}
+	return true
+}
+
+// remove clears one lane of bucket b equal to slot s and reports whether
+// there was one. Clearing moves nothing, so it needs no seqlock bump.
+func (t *table) remove(b, s uint64) bool {
+	old := t.buckets[b]
+	i := findSlot(old, s)
+	if i < 0 {
+		return false
+	}
+	atomic.StoreUint64(&t.buckets[b], withLane(old, i, 0))
+	return true
+}
+
+// drainStashLocked moves stashed slots back into buckets that have room.
+func (s *Shard) drainStashLocked(t *table) {
+	for i := range t.stash {
+		e := t.stash[i].Load()
+		if e == 0 {
+			continue
+		}
+		b, sl := e>>laneBits, e&laneMask
+		// The slot is written to a bucket before it leaves the stash, but a
+		// reader may have checked that bucket before the write and the stash
+		// after the clear: this is a move, so bump the sequence.
+		s.seq.Add(1)
+		if t.place(b, sl) {
+			t.stashClear(i)
+		}
+		s.seq.Add(1)
+	}
+}
+
+// next returns the next value of the shard's xorshift64 sequence. The caller
+// holds s.mu.
+func (s *Shard) next() uint64 {
+	x := s.rng
+	x ^= x << 13
+	x ^= x >> 7
+	x ^= x << 17
+	s.rng = x
+	return x
+}
+
+// Len returns the number of items in the shard, counting duplicates.
+func (s *Shard) Len() int {
+	return int(s.items.Load())
+}
+
+// LoadFactor returns the fraction of slots in use. It takes no lock.
+func (s *Shard) LoadFactor() float64 {
+	t := s.tab.Load()
+	return float64(s.items.Load()) / float64(len(t.buckets)*slotsPerBucket)
+}
+
+// Doublings returns how many times the shard has doubled.
+func (s *Shard) Doublings() int {
+	return int(s.doublings.Load())
+}
+
+// shardBytes is the memory of a Shard value.
+const shardBytes = int(unsafe.Sizeof(Shard{}))

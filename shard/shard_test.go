@@ -1,0 +1,392 @@
+package shard
+
+import (
+	"errors"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// item is what a caller hands a shard: a fingerprint and a virtual index.
+type item struct {
+	f uint8
+	v uint64
+}
+
+func randomItem(r *rand.Rand) item {
+	return item{f: uint8(r.IntN(255) + 1), v: r.Uint64() & (1<<VirtualBits - 1)}
+}
+
+func mustNew(t testing.TB, k int) *Shard {
+	t.Helper()
+	s, err := New(k)
+	if err != nil {
+		t.Fatalf("New(%d): %v", k, err)
+	}
+	return s
+}
+
+func TestNewRejectsBadSizes(t *testing.T) {
+	for _, k := range []int{-1, 0, MaxLog2Buckets + 1, 64} {
+		if s, err := New(k); err == nil || s != nil {
+			t.Errorf("New(%d) = %v, %v; want nil, error", k, s, err)
+		}
+	}
+	if _, err := New(1); err != nil {
+		t.Errorf("New(1): %v", err)
+	}
+}
+
+func TestZeroFingerprintRejected(t *testing.T) {
+	s := mustNew(t, 4)
+	if err := s.Insert(0, 1); !errors.Is(err, ErrZeroFingerprint) {
+		t.Fatalf("Insert(0, 1) = %v, want ErrZeroFingerprint", err)
+	}
+	if s.Delete(0, 1) || s.Len() != 0 {
+		t.Fatalf("Delete(0, 1) changed the shard")
+	}
+}
+
+// checkAll fails the test if any item of the model reads absent.
+func checkAll(t *testing.T, s *Shard, model map[item]int, when string) {
+	t.Helper()
+	n := 0
+	for it, c := range model {
+		if !s.Contains(it.f, it.v) {
+			t.Fatalf("%s: false negative for %+v (inserted %d times)", when, it, c)
+		}
+		n += c
+	}
+	if s.Len() != n {
+		t.Fatalf("%s: Len() = %d, want %d", when, s.Len(), n)
+	}
+}
+
+// TestModel runs random operation sequences against a plain map: inserts,
+// repeated inserts of the same item, deletes of inserted items, lookups
+// and doublings, on a small table so that eviction walks, ErrFull,
+// rollback and the stash all happen.
+func TestModel(t *testing.T) {
+	seed := testSeed(t)
+	r := rand.New(rand.NewPCG(seed, 0))
+	rounds := 40
+	if testing.Short() {
+		rounds = 8
+	}
+	var fulls, grows, stashed int
+	for round := range rounds {
+		s := mustNew(t, 1+r.IntN(6))
+		model := map[item]int{}
+		var keys []item
+		ops := 3000 + r.IntN(3000)
+		for op := range ops {
+			switch x := r.IntN(100); {
+			case x < 45: // insert a new item, or repeat an existing one (≤ 8 copies)
+				it := randomItem(r)
+				if len(keys) > 0 && r.IntN(5) == 0 {
+					it = keys[r.IntN(len(keys))]
+					if model[it] >= 8 {
+						continue
+					}
+				}
+				err := s.Insert(it.f, it.v)
+				if errors.Is(err, ErrFull) {
+					fulls++
+					checkAll(t, s, model, "after ErrFull")
+					if r.IntN(2) == 0 {
+						if err := s.Grow(); err == nil {
+							grows++
+						}
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("round %d op %d: Insert: %v", round, op, err)
+				}
+				if model[it] == 0 {
+					keys = append(keys, it)
+				}
+				model[it]++
+			case x < 70: // delete an inserted item
+				if len(keys) == 0 {
+					continue
+				}
+				i := r.IntN(len(keys))
+				it := keys[i]
+				if !s.Delete(it.f, it.v) {
+					t.Fatalf("round %d op %d: Delete(%+v) = false for an inserted item", round, op, it)
+				}
+				if model[it]--; model[it] == 0 {
+					delete(model, it)
+					keys[i] = keys[len(keys)-1]
+					keys = keys[:len(keys)-1]
+				}
+			case x < 98: // lookup
+				if len(keys) > 0 {
+					it := keys[r.IntN(len(keys))]
+					if !s.Contains(it.f, it.v) {
+						t.Fatalf("round %d op %d: false negative for %+v", round, op, it)
+					}
+				}
+			default:
+				if err := s.Grow(); err == nil {
+					grows++
+				} else if !errors.Is(err, ErrSaturated) {
+					t.Fatalf("Grow: %v", err)
+				}
+			}
+			if st := s.Stats(); st.Stashed > 0 {
+				stashed++
+			}
+		}
+		checkAll(t, s, model, "end of round")
+	}
+	t.Logf("ErrFull %d times, %d doublings, %d ops with a nonempty stash", fulls, grows, stashed)
+	if fulls == 0 || grows == 0 || stashed == 0 {
+		t.Errorf("the model test did not reach ErrFull (%d), Grow (%d) and the stash (%d)", fulls, grows, stashed)
+	}
+}
+
+// TestFullShardLosesNothing fills a shard until inserts fail many times in a
+// row and checks that every item stored before is still found.
+func TestFullShardLosesNothing(t *testing.T) {
+	seed := testSeed(t)
+	r := rand.New(rand.NewPCG(seed, 1))
+	s := mustNew(t, 8)
+	model := map[item]int{}
+	fails := 0
+	for fails < 200 {
+		it := randomItem(r)
+		if err := s.Insert(it.f, it.v); err != nil {
+			if !errors.Is(err, ErrFull) {
+				t.Fatal(err)
+			}
+			fails++
+			continue
+		}
+		model[it]++
+	}
+	checkAll(t, s, model, "full shard")
+	st := s.Stats()
+	t.Logf("load at 200 failures: %.4f, stash %d", st.LoadFactor, st.Stashed)
+	if st.LoadFactor < 0.9 {
+		t.Errorf("load factor %.3f at saturation, want >= 0.9 for a (2,4)-cuckoo filter", st.LoadFactor)
+	}
+}
+
+// TestGrowKeepsEverything doubles a loaded shard until it saturates and
+// checks after every doubling that a fresh lookup finds every item, with
+// deletes in between.
+func TestGrowKeepsEverything(t *testing.T) {
+	seed := testSeed(t)
+	r := rand.New(rand.NewPCG(seed, 2))
+	s := mustNew(t, 4)
+	model := map[item]int{}
+	var keys []item
+	for g := 0; ; g++ {
+		// Fill to about 90%.
+		for s.LoadFactor() < 0.9 {
+			it := randomItem(r)
+			if err := s.Insert(it.f, it.v); err != nil {
+				break
+			}
+			if model[it] == 0 {
+				keys = append(keys, it)
+			}
+			model[it]++
+		}
+		// Delete a few.
+		for range len(keys) / 10 {
+			i := r.IntN(len(keys))
+			it := keys[i]
+			if !s.Delete(it.f, it.v) {
+				t.Fatalf("Delete(%+v) = false", it)
+			}
+			if model[it]--; model[it] == 0 {
+				delete(model, it)
+				keys[i] = keys[len(keys)-1]
+				keys = keys[:len(keys)-1]
+			}
+		}
+		checkAll(t, s, model, "before doubling")
+		err := s.Grow()
+		if errors.Is(err, ErrSaturated) {
+			if g != InitialTailBits {
+				t.Fatalf("saturated after %d doublings, want %d", g, InitialTailBits)
+			}
+			if st := s.Stats(); st.TailBits != 0 || st.Doublings != InitialTailBits {
+				t.Fatalf("saturated shard: %+v", st)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkAll(t, s, model, "after doubling")
+	}
+}
+
+// TestGrowFromDoublesOnce checks that two callers that saw the same full
+// shard double it once.
+func TestGrowFromDoublesOnce(t *testing.T) {
+	s := mustNew(t, 3)
+	d := s.Doublings()
+	if ok, err := s.GrowFrom(d); !ok || err != nil {
+		t.Fatalf("GrowFrom(%d) = %v, %v; want true, nil", d, ok, err)
+	}
+	if ok, err := s.GrowFrom(d); ok || err != nil {
+		t.Fatalf("second GrowFrom(%d) = %v, %v; want false, nil", d, ok, err)
+	}
+	if got := s.Stats().Buckets; got != 16 {
+		t.Fatalf("Buckets = %d, want 16", got)
+	}
+	if ok, _ := s.GrowAbove(0.5); ok {
+		t.Fatalf("GrowAbove(0.5) grew an empty shard")
+	}
+}
+
+// TestStress runs GOMAXPROCS writers, churners and lock-free readers on one
+// small shard that fills, kicks and doubles. A reader that checks an item
+// whose insert completed before the check began must find it.
+func TestStress(t *testing.T) {
+	seed := testSeed(t)
+	procs := max(runtime.GOMAXPROCS(0), 2)
+	perWriter := 30_000
+	if testing.Short() {
+		perWriter = 5_000
+	}
+	s := mustNew(t, 6)
+
+	// Writer w inserts items[w][0..], publishing in done[w] how many are in.
+	items := make([][]item, procs)
+	done := make([]atomic.Int64, procs)
+	for w := range items {
+		r := rand.New(rand.NewPCG(seed, uint64(w)+10))
+		items[w] = make([]item, perWriter)
+		for i := range items[w] {
+			items[w][i] = randomItem(r)
+		}
+	}
+	insert := func(it item) error {
+		for {
+			d := s.Doublings()
+			err := s.Insert(it.f, it.v)
+			if !errors.Is(err, ErrFull) {
+				return err
+			}
+			if _, err := s.GrowFrom(d); err != nil {
+				return err
+			}
+		}
+	}
+
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	errc := make(chan error, 4*procs)
+	for w := range procs {
+		wg.Go(func() { // writer
+			for i, it := range items[w] {
+				if err := insert(it); err != nil {
+					errc <- err
+					return
+				}
+				done[w].Store(int64(i + 1))
+			}
+		})
+	}
+	var churned atomic.Int64
+	for c := range procs {
+		wg.Go(func() { // churner: inserts and deletes its own items, forcing moves
+			r := rand.New(rand.NewPCG(seed, uint64(c)+1000))
+			var mine []item
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if len(mine) < 64 && r.IntN(2) == 0 {
+					it := randomItem(r)
+					if err := insert(it); err != nil {
+						errc <- err
+						return
+					}
+					mine = append(mine, it)
+				} else if len(mine) > 0 {
+					it := mine[len(mine)-1]
+					mine = mine[:len(mine)-1]
+					if !s.Delete(it.f, it.v) {
+						errc <- errors.New("churner: Delete of an inserted item returned false")
+						return
+					}
+				}
+				churned.Add(1)
+			}
+		})
+	}
+	var readers sync.WaitGroup
+	var checks atomic.Int64
+	for rd := range procs {
+		readers.Go(func() { // reader
+			r := rand.New(rand.NewPCG(seed, uint64(rd)+2000))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				w := r.IntN(procs)
+				n := done[w].Load()
+				if n == 0 {
+					continue
+				}
+				it := items[w][r.Int64N(n)]
+				if !s.Contains(it.f, it.v) {
+					errc <- errors.New("reader: false negative for an item whose insert had completed")
+					return
+				}
+				checks.Add(1)
+			}
+		})
+	}
+	writersDone := make(chan struct{})
+	go func() {
+		// Writers finish on their own; churners and readers run until then.
+		for w := range procs {
+			for done[w].Load() < int64(perWriter) {
+				select {
+				case err := <-errc:
+					errc <- err
+					close(writersDone)
+					return
+				default:
+					runtime.Gosched()
+				}
+			}
+		}
+		close(writersDone)
+	}()
+	<-writersDone
+	close(stop)
+	wg.Wait()
+	readers.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	for w := range procs {
+		for _, it := range items[w] {
+			if !s.Contains(it.f, it.v) {
+				t.Fatalf("false negative for %+v after the run", it)
+			}
+		}
+	}
+	st := s.Stats()
+	t.Logf("%d reader checks, %d churn ops, %d doublings, %d read retries, load %.3f",
+		checks.Load(), churned.Load(), st.Doublings, st.ReadRetries, st.LoadFactor)
+	if st.Doublings == 0 {
+		t.Errorf("the shard never doubled; the stress test did not exercise Grow")
+	}
+}
