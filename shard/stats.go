@@ -35,7 +35,7 @@ func (s *Shard) Stats() Stats {
 		TailBits:        int(t.t),
 		FingerprintBits: FingerprintBits + int(t.t),
 		Doublings:       s.Doublings(),
-		Bytes:           shardBytes + tableHeaderBytes + 8*len(t.buckets),
+		Bytes:           BytesFor(int(t.k)),
 		LoadFactor:      load,
 		EstimatedFPR:    EstimatedFPR(load, int(t.t)),
 		ReadRetries:     s.retries.Load(),
@@ -50,4 +50,10 @@ func (s *Shard) Stats() Stats {
 func EstimatedFPR(load float64, tailBits int) float64 {
 	p := collisionProb / float64(uint64(1)<<tailBits)
 	return 2 * slotsPerBucket * load * p
+}
+
+// BytesFor returns the memory of a shard with 2^log2Buckets buckets: its
+// table plus fixed overhead.
+func BytesFor(log2Buckets int) int {
+	return shardBytes + tableHeaderBytes + 8<<log2Buckets
 }

@@ -14,7 +14,7 @@ const (
 	InitialTailBits = 8
 	// VirtualBits is the number of low bits of the virtual index that a shard
 	// uses. k+T never exceeds it.
-	VirtualBits = 40
+	VirtualBits = 32
 	// MaxLog2Buckets is the largest k accepted by [New]: a new shard needs
 	// k+T0 <= VirtualBits.
 	MaxLog2Buckets = VirtualBits - InitialTailBits

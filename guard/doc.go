@@ -1,0 +1,58 @@
+// Package guard implements a concurrent approximate set of keys, built from
+// independently locked cuckoo filter shards, that answers "definitely
+// absent" or "maybe present" without a lock.
+//
+// A [Guard] sits in front of a slow store. Before asking the store for a
+// key, ask the guard: if [Guard.Contains] reports false, the key was never
+// added (or was removed) and the store need not be asked.
+//
+// # Guarantees
+//
+//   - No false negatives: a key that was added and not removed is always
+//     reported present, by every goroutine, while other keys are being
+//     added, removed, evicted or the shard is doubling.
+//   - False positives: an absent key is reported present with probability
+//     about 8·α/2^16 ≈ 1.1e-4 at load α = 0.9 before any doubling. Each
+//     doubling of a shard halves its tail bits and so doubles that shard's
+//     rate at the same load. [Guard.Stats] reports the current estimate.
+//   - Memory: about 16/α bits per key; a guard filled to the capacity given
+//     to [WithCapacity] (≥ 10,000) uses at most 20 bits per key.
+//   - Growth: a shard doubles when its load reaches the grow threshold, up
+//     to 256× its initial size. Past that [Guard.Add] returns [ErrFull]; no
+//     add is ever dropped silently.
+//
+// # Hash layout
+//
+// Every key is hashed once with seeded xxh3 (64 bits); the hash h is then
+// cut into disjoint bit ranges, so that the shard, the fingerprint and the
+// bucket of a key are independent:
+//
+//	bits 63..40  routing value x: shard (x · shards) >> 24 (multiply-shift, so
+//	             any shard count works); small guards mix shard sizes and
+//	             route by share boundaries instead
+//	bits 39..32  fingerprint byte b; the stored fingerprint is b%255 + 1 (never 0)
+//	bits 31..0   virtual index V; a shard of 2^k buckets and T tail bits uses
+//	             V mod 2^(k+T) (k+T ≤ 32)
+//
+// [Guard.AddHash], [Guard.ContainsHash] and [Guard.RemoveHash] take h
+// directly, for callers that already hash their keys; h must be a
+// well-mixed 64-bit hash, and the guard's seed does not apply to it.
+//
+// # Concurrency
+//
+// A Guard is safe for concurrent use by multiple goroutines. Lookups take
+// no lock and do not allocate; adds and removes lock one shard. A shard
+// that reaches the grow threshold is doubled by the add that crossed it:
+// that add and other writers of the shard wait for the split, lookups do
+// not.
+//
+// # Usage
+//
+//	g, err := guard.New(guard.WithCapacity(1_000_000))
+//	if err != nil { ... }
+//	defer g.Close()
+//	if err := g.AddString("user:42"); err != nil { ... } // ErrFull if saturated
+//	if !g.ContainsString("user:43") {
+//		// definitely absent: skip the database
+//	}
+package guard

@@ -1,0 +1,224 @@
+package guard
+
+import (
+	"errors"
+	"math/rand/v2"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/puzpuzpuz/xsync/v3"
+	"github.com/zeebo/xxh3"
+
+	"github.com/cuckooguard/cuckooguard/shard"
+)
+
+// Guard is an approximate set of keys: [Guard.Contains] never reports false
+// for a key that was added and not removed, and reports true for an absent
+// key with a small probability (see the package documentation).
+//
+// Use [New] to make a Guard; the zero Guard is not usable. A Guard is safe
+// for concurrent use by multiple goroutines and must not be copied after
+// first use.
+type Guard struct {
+	// Read-only after New: everything a lookup needs.
+	shards []shard.Shard
+	lay    layout
+	seed   uint64
+
+	growAt float64
+	closed atomic.Bool
+
+	adds     *xsync.Counter
+	removes  *xsync.Counter
+	failures *xsync.Counter
+}
+
+// New returns an empty Guard configured by opts. It returns an error, and
+// no Guard, if an option is invalid.
+func New(opts ...Option) (*Guard, error) {
+	c := defaultConfig()
+	for _, o := range opts {
+		o(&c)
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	lay, err := plan(c.capacity, c.shards, c.growThreshold)
+	if err != nil {
+		return nil, err
+	}
+	logs := lay.logs
+	if !c.seedSet {
+		c.seed = rand.Uint64()
+	}
+	g := &Guard{
+		shards:   make([]shard.Shard, len(logs)),
+		lay:      lay,
+		seed:     c.seed,
+		growAt:   c.growThreshold,
+		adds:     xsync.NewCounter(),
+		removes:  xsync.NewCounter(),
+		failures: xsync.NewCounter(),
+	}
+	for i := range g.shards {
+		// Each shard walks its own random sequence, derived from the seed.
+		if err := g.shards[i].Init(logs[i], mix(c.seed+uint64(i))|1); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// mix is the SplitMix64 finalizer.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// route cuts a key hash into its shard, fingerprint and virtual index, as
+// laid out in the package documentation.
+func (g *Guard) route(h uint64) (s *shard.Shard, f uint8, v uint64) {
+	f = uint8((h>>shard.VirtualBits)&0xff%255) + 1
+	return &g.shards[g.shardOf(h)], f, h & (1<<shard.VirtualBits - 1)
+}
+
+// shardOf returns the index of the shard that hash h routes to.
+func (g *Guard) shardOf(h uint64) uint64 {
+	return g.lay.shardIndex(h >> (64 - routeBits))
+}
+
+// Hash returns the 64-bit hash that [Guard.Add], [Guard.Contains] and
+// [Guard.Remove] compute for key: xxh3 with the guard's seed.
+func (g *Guard) Hash(key []byte) uint64 {
+	return xxh3.HashSeed(key, g.seed)
+}
+
+// HashString returns the hash of key as [Guard.Hash] does, without copying
+// the string.
+func (g *Guard) HashString(key string) uint64 {
+	return xxh3.HashStringSeed(key, g.seed)
+}
+
+// Contains reports whether key might be in the set. If true, the result
+// might be a false positive. If false, the key is definitely not in the
+// set: it was never added, or it was removed. Contains takes no lock and
+// does not allocate. The empty key is a valid key.
+func (g *Guard) Contains(key []byte) bool {
+	return g.ContainsHash(xxh3.HashSeed(key, g.seed))
+}
+
+// ContainsString is [Guard.Contains] for a string key, without copying it.
+func (g *Guard) ContainsString(key string) bool {
+	return g.ContainsHash(xxh3.HashStringSeed(key, g.seed))
+}
+
+// ContainsHash is [Guard.Contains] for a key hashed by the caller (see the
+// hash layout in the package documentation).
+func (g *Guard) ContainsHash(h uint64) bool {
+	s, f, v := g.route(h)
+	return s.Contains(f, v)
+}
+
+// Add adds one copy of key to the set. It returns [ErrFull] if the key's
+// shard is saturated and [ErrClosed] after [Guard.Close]; otherwise the key
+// is present from the moment Add returns until it is removed.
+//
+// The set counts copies: adding a key twice and removing it once leaves it
+// present. A key can be added at most about 8 times (its two buckets hold
+// 8 fingerprints); keep one copy per stored key.
+//
+// If the key's shard reaches the grow threshold, Add doubles it before
+// returning; lookups do not wait for that, other writers of the shard do.
+func (g *Guard) Add(key []byte) error {
+	return g.AddHash(xxh3.HashSeed(key, g.seed))
+}
+
+// AddString is [Guard.Add] for a string key, without copying it.
+func (g *Guard) AddString(key string) error {
+	return g.AddHash(xxh3.HashStringSeed(key, g.seed))
+}
+
+// AddHash is [Guard.Add] for a key hashed by the caller.
+func (g *Guard) AddHash(h uint64) error {
+	if g.closed.Load() {
+		return ErrClosed
+	}
+	s, f, v := g.route(h)
+	for {
+		d := s.Doublings()
+		err := s.Insert(f, v)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, shard.ErrFull) {
+			return err // unreachable: f is never 0
+		}
+		// No room even after an eviction walk: double and try again,
+		// unless another writer doubled the shard meanwhile.
+		if _, err := s.GrowFrom(d); err != nil {
+			g.failures.Inc()
+			return ErrFull
+		}
+	}
+	g.adds.Inc()
+	if s.LoadFactor() >= g.growAt {
+		// A saturated shard cannot grow; it keeps accepting keys until a
+		// walk fails, which then returns ErrFull above.
+		_, _ = s.GrowAbove(g.growAt)
+	}
+	return nil
+}
+
+// Remove removes one copy of key and reports whether the set held one.
+// Remove only keys that were added: removing a key that was never added
+// can remove another key that shares its fingerprint and buckets, and
+// that key would then read absent (a false negative).
+func (g *Guard) Remove(key []byte) bool {
+	return g.RemoveHash(xxh3.HashSeed(key, g.seed))
+}
+
+// RemoveString is [Guard.Remove] for a string key, without copying it.
+func (g *Guard) RemoveString(key string) bool {
+	return g.RemoveHash(xxh3.HashStringSeed(key, g.seed))
+}
+
+// RemoveHash is [Guard.Remove] for a key hashed by the caller.
+func (g *Guard) RemoveHash(h uint64) bool {
+	s, f, v := g.route(h)
+	if !s.Delete(f, v) {
+		return false
+	}
+	g.removes.Inc()
+	return true
+}
+
+// Len returns the number of keys in the set, counting copies. It visits
+// every shard without locking, so it does not necessarily correspond to
+// any consistent snapshot of the set while writers run.
+func (g *Guard) Len() int {
+	n := 0
+	for i := range g.shards {
+		n += g.shards[i].Len()
+	}
+	return n
+}
+
+// Seed returns the seed of the guard's key hash.
+func (g *Guard) Seed() uint64 {
+	return g.seed
+}
+
+// Close marks the guard closed: later adds return [ErrClosed]; lookups and
+// removes keep working. Close is idempotent, safe to call concurrently, and
+// always returns nil.
+func (g *Guard) Close() error {
+	g.closed.Store(true)
+	return nil
+}
+
+// guardBytes is the memory of a Guard besides its shards.
+const guardBytes = int(unsafe.Sizeof(Guard{}))

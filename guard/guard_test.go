@@ -1,0 +1,417 @@
+package guard
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// TestModel runs random operation sequences against a plain map: adds of
+// new keys, repeated adds of the same key (at most 8 copies), removes of
+// added keys, lookups and lookups of absent keys, starting small so that
+// shards double during the run. No added key may ever read absent.
+func TestModel(t *testing.T) {
+	seed := testSeed(t)
+	r := rand.New(rand.NewPCG(seed, 0))
+	ops := 200_000
+	if testing.Short() {
+		ops = 20_000
+	}
+	g := mustNew(t, WithCapacity(1000), WithSeed(r.Uint64()))
+	model := map[string]int{}
+	var keys []string
+	next := 0
+	check := func(op int) {
+		for k := range model {
+			if !g.ContainsString(k) {
+				t.Fatalf("op %d: false negative for %q (added %d times)", op, k, model[k])
+			}
+		}
+	}
+	for op := range ops {
+		switch x := r.IntN(100); {
+		case x < 40: // add a new key; the empty key is one of them
+			k := ""
+			if next > 0 {
+				k = "key-" + strconv.Itoa(next)
+			}
+			next++
+			if err := g.AddString(k); err != nil {
+				t.Fatalf("op %d: AddString(%q): %v", op, k, err)
+			}
+			if model[k] == 0 {
+				keys = append(keys, k)
+			}
+			model[k]++
+		case x < 50: // add another copy of an existing key
+			if len(keys) == 0 {
+				continue
+			}
+			k := keys[r.IntN(len(keys))]
+			if model[k] >= 8 {
+				continue
+			}
+			if err := g.Add([]byte(k)); err != nil {
+				t.Fatalf("op %d: Add(%q) copy %d: %v", op, k, model[k]+1, err)
+			}
+			model[k]++
+		case x < 70: // remove an added key
+			if len(keys) == 0 {
+				continue
+			}
+			i := r.IntN(len(keys))
+			k := keys[i]
+			if !g.RemoveString(k) {
+				t.Fatalf("op %d: RemoveString(%q) = false for an added key", op, k)
+			}
+			if model[k]--; model[k] == 0 {
+				delete(model, k)
+				keys[i] = keys[len(keys)-1]
+				keys = keys[:len(keys)-1]
+			}
+		default: // look up a present key
+			if len(keys) == 0 {
+				continue
+			}
+			k := keys[r.IntN(len(keys))]
+			if !g.Contains([]byte(k)) {
+				t.Fatalf("op %d: false negative for %q", op, k)
+			}
+		}
+		if op%20_000 == 0 {
+			check(op)
+		}
+	}
+	check(ops)
+	n := 0
+	for _, c := range model {
+		n += c
+	}
+	st := g.Stats()
+	if g.Len() != n || st.Items != n {
+		t.Fatalf("Len() = %d, Stats().Items = %d, want %d", g.Len(), st.Items, n)
+	}
+	t.Logf("%d keys (%d copies), %d doublings, load %.3f, est. FPR %.2g", len(model), n, st.Doublings, st.LoadFactor, st.EstimatedFPR)
+}
+
+// TestStress runs GOMAXPROCS writers, removers and lock-free readers on a
+// guard that starts small and doubles several times. A reader that checks
+// a key whose add completed before the check began must find it.
+func TestStress(t *testing.T) {
+	seed := testSeed(t)
+	procs := max(runtime.GOMAXPROCS(0), 2)
+	perWriter := 50_000
+	if testing.Short() {
+		perWriter = 10_000
+	}
+	g := mustNew(t, WithCapacity(1000), WithSeed(seed))
+	done := make([]atomic.Int64, procs) // writer w has added keys w/0 .. w/done[w]-1
+	key := func(w, i int) string { return fmt.Sprintf("w%d/%d", w, i) }
+
+	stop := make(chan struct{})
+	errc := make(chan error, 3*procs)
+	var writers, others sync.WaitGroup
+	for w := range procs {
+		writers.Go(func() {
+			for i := range perWriter {
+				if err := g.AddString(key(w, i)); err != nil {
+					errc <- fmt.Errorf("writer %d: AddString: %w", w, err)
+					return
+				}
+				done[w].Store(int64(i + 1))
+			}
+		})
+	}
+	for w := range procs {
+		others.Go(func() { // remover: adds and removes keys of its own
+			r := rand.New(rand.NewPCG(seed, uint64(w)+100))
+			var mine []string
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if len(mine) < 256 && r.IntN(2) == 0 {
+					k := fmt.Sprintf("r%d/%d", w, i)
+					if err := g.AddString(k); err != nil {
+						errc <- fmt.Errorf("remover %d: AddString: %w", w, err)
+						return
+					}
+					mine = append(mine, k)
+				} else if len(mine) > 0 {
+					j := r.IntN(len(mine))
+					if !g.RemoveString(mine[j]) {
+						errc <- fmt.Errorf("remover %d: RemoveString(%q) = false", w, mine[j])
+						return
+					}
+					mine[j] = mine[len(mine)-1]
+					mine = mine[:len(mine)-1]
+				}
+			}
+		})
+		others.Go(func() { // reader
+			r := rand.New(rand.NewPCG(seed, uint64(w)+200))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				w := r.IntN(procs)
+				n := done[w].Load()
+				if n == 0 {
+					continue
+				}
+				k := key(w, int(r.Int64N(n)))
+				if !g.ContainsString(k) {
+					errc <- fmt.Errorf("reader: false negative for %q, added before the check began", k)
+					return
+				}
+			}
+		})
+	}
+	writers.Wait()
+	close(stop)
+	others.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	for w := range procs {
+		for i := range perWriter {
+			if !g.ContainsString(key(w, i)) {
+				t.Fatalf("false negative for %q after the run", key(w, i))
+			}
+		}
+	}
+	st := g.Stats()
+	t.Logf("%d items, %d doublings, %d read retries, load %.3f", st.Items, st.Doublings, st.ReadRetries, st.LoadFactor)
+	if st.Doublings < 5 {
+		t.Errorf("only %d doublings; the stress test should grow the guard", st.Doublings)
+	}
+}
+
+// TestGrowthFromSmall adds far more keys than the declared capacity and
+// checks after each batch that every key is found and Len is exact.
+func TestGrowthFromSmall(t *testing.T) {
+	g := mustNew(t, WithCapacity(1000), WithSeed(testSeed(t)))
+	const total = 200_000
+	for i := range total {
+		if err := g.AddString(strconv.Itoa(i)); err != nil {
+			t.Fatalf("AddString(%d): %v", i, err)
+		}
+		if (i+1)%50_000 == 0 {
+			for j := 0; j <= i; j++ {
+				if !g.ContainsString(strconv.Itoa(j)) {
+					t.Fatalf("after %d adds: false negative for %d", i+1, j)
+				}
+			}
+		}
+	}
+	st := g.Stats()
+	if g.Len() != total {
+		t.Fatalf("Len() = %d, want %d", g.Len(), total)
+	}
+	t.Logf("1000 → %d keys: %d doublings over %d shards, est. FPR %.2g", total, st.Doublings, st.Shards, st.EstimatedFPR)
+	if st.Doublings < 5 {
+		t.Errorf("%d doublings, want at least 5", st.Doublings)
+	}
+}
+
+// measureFPR returns the fraction of n keys never added that g reports
+// present.
+func measureFPR(g *Guard, n int) float64 {
+	fp := 0
+	for i := range n {
+		if g.ContainsString("absent-" + strconv.Itoa(i)) {
+			fp++
+		}
+	}
+	return float64(fp) / float64(n)
+}
+
+// TestFPRMatchesEstimate fills guards to their capacity, some after several
+// doublings, and checks the measured false-positive rate on 10^6 absent
+// keys against the estimate in Stats. The test fails if the fingerprint,
+// routing and bucket bits overlap.
+func TestFPRMatchesEstimate(t *testing.T) {
+	tests := []struct {
+		name     string
+		capacity int
+		keys     int
+	}{
+		{"no doubling", 100_000, 100_000},
+		{"mixed layout", 12_345, 12_345},
+		{"3 doublings", 1_000, 9_000},
+		{"6 doublings", 1_000, 80_000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := mustNew(t, WithCapacity(tt.capacity), WithSeed(testSeed(t)))
+			for i := range tt.keys {
+				if err := g.AddString(strconv.Itoa(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			st := g.Stats()
+			got := measureFPR(g, 1_000_000)
+			t.Logf("load %.3f, %d doublings: measured FPR %.3g, estimate %.3g", st.LoadFactor, st.Doublings, got, st.EstimatedFPR)
+			if got > 1.5*st.EstimatedFPR || got < st.EstimatedFPR/1.5 {
+				t.Errorf("measured FPR %.3g, want within 1.5× of the estimate %.3g", got, st.EstimatedFPR)
+			}
+		})
+	}
+}
+
+// TestBitsPerKeyAtCapacity fills guards to their declared capacity and
+// checks the memory per key, including every shard's overhead.
+func TestBitsPerKeyAtCapacity(t *testing.T) {
+	caps := []int{10_000, 10_945, 12_345, 33_132, 39_807, 100_000, 777_777}
+	if !testing.Short() {
+		caps = append(caps, 2_000_000)
+	}
+	for _, c := range caps {
+		t.Run(strconv.Itoa(c), func(t *testing.T) {
+			g := mustNew(t, WithCapacity(c), WithSeed(testSeed(t)))
+			for i := range c {
+				if err := g.AddString(strconv.Itoa(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			st := g.Stats()
+			t.Logf("%d shards, load %.3f, %d doublings, %.2f bits/key", st.Shards, st.LoadFactor, st.Doublings, st.BitsPerItem)
+			if st.BitsPerItem > 20 {
+				t.Errorf("%.2f bits per key at capacity, want <= 20", st.BitsPerItem)
+			}
+		})
+	}
+	g := mustNew(t, WithCapacity(1000))
+	if b := g.Stats().Bytes; b >= 64<<10 {
+		t.Errorf("WithCapacity(1000) takes %d bytes, want < 64 KiB", b)
+	}
+}
+
+// TestRoutingShares checks that each shard receives keys in proportion to
+// its routing share, for uniform and mixed layouts.
+func TestRoutingShares(t *testing.T) {
+	for _, c := range []int{10_000, 12_345, 1_000_000} {
+		t.Run(strconv.Itoa(c), func(t *testing.T) {
+			g := mustNew(t, WithCapacity(c), WithSeed(1))
+			counts := make([]int, len(g.shards))
+			const n = 1 << 20
+			for i := range n {
+				counts[g.shardOf(g.HashString(strconv.Itoa(i)))]++
+			}
+			for i, got := range counts {
+				want := g.lay.share(i) * n
+				if sd := math.Sqrt(want); math.Abs(float64(got)-want) > 5*sd+1 {
+					t.Errorf("shard %d got %d keys, want %.0f ± %.0f", i, got, want, 5*sd)
+				}
+			}
+		})
+	}
+}
+
+func TestContainsDoesNotAllocate(t *testing.T) {
+	g := mustNew(t)
+	key, skey := []byte("present"), "absent"
+	if err := g.Add(key); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		f    func()
+	}{
+		{"Contains", func() { g.Contains(key) }},
+		{"ContainsString", func() { g.ContainsString(skey) }},
+		{"ContainsHash", func() { g.ContainsHash(12345) }},
+		{"AddRemoveString", func() { _ = g.AddString(skey); g.RemoveString(skey) }},
+	}
+	for _, tt := range tests {
+		if n := testing.AllocsPerRun(100, tt.f); n != 0 {
+			t.Errorf("%s allocates %v times per call, want 0", tt.name, n)
+		}
+	}
+}
+
+func TestEmptyKey(t *testing.T) {
+	g := mustNew(t)
+	if g.Contains(nil) || g.ContainsString("") {
+		t.Fatalf("empty guard reports the empty key present")
+	}
+	if err := g.Add(nil); err != nil {
+		t.Fatal(err)
+	}
+	if !g.Contains([]byte{}) || !g.ContainsString("") {
+		t.Fatalf("empty key added but reads absent")
+	}
+	if !g.RemoveString("") || g.Len() != 0 {
+		t.Fatalf("RemoveString(\"\") failed")
+	}
+}
+
+func TestClose(t *testing.T) {
+	g := mustNew(t)
+	if err := g.AddString("a"); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if err := g.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := g.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if err := g.AddString("b"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("AddString after Close = %v, want ErrClosed", err)
+	}
+	if !g.ContainsString("a") {
+		t.Fatalf("lookup after Close: false negative")
+	}
+	if !g.RemoveString("a") {
+		t.Fatalf("RemoveString after Close = false")
+	}
+}
+
+// TestSaturationReturnsErrFull drives one shard past its growth cap and
+// checks that adds then fail with ErrFull and lose nothing.
+func TestSaturationReturnsErrFull(t *testing.T) {
+	g := mustNew(t, WithShards(1), WithCapacity(1), WithSeed(testSeed(t)))
+	// One shard of 2 buckets can double 8 times: 512 buckets, 2048 slots.
+	var added []uint64
+	r := rand.New(rand.NewPCG(9, 9))
+	var full error
+	for range 10_000 {
+		h := r.Uint64()
+		if err := g.AddHash(h); err != nil {
+			full = err
+			break
+		}
+		added = append(added, h)
+	}
+	if !errors.Is(full, ErrFull) {
+		t.Fatalf("after %d adds: error %v, want ErrFull", len(added), full)
+	}
+	st := g.Stats()
+	if st.SaturatedShards != 1 || st.AddFailures != 1 {
+		t.Errorf("Stats after ErrFull: saturated %d, failures %d; want 1, 1", st.SaturatedShards, st.AddFailures)
+	}
+	for _, h := range added {
+		if !g.ContainsHash(h) {
+			t.Fatalf("false negative after ErrFull")
+		}
+	}
+	t.Logf("saturated at %d keys, load %.3f", len(added), st.LoadFactor)
+}

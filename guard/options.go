@@ -1,0 +1,81 @@
+package guard
+
+import "fmt"
+
+// Defaults and limits of the options.
+const (
+	// DefaultCapacity is the capacity of a Guard made without WithCapacity:
+	// about 150 KiB, growing on demand up to 256× as many keys.
+	DefaultCapacity = 1 << 16
+	// MaxShards is the largest shard count WithShards accepts.
+	MaxShards = 1 << 16
+	// DefaultGrowThreshold is the load factor at which a shard doubles.
+	DefaultGrowThreshold = 0.9
+)
+
+// Option configures a Guard made by [New] or restored from a snapshot.
+type Option func(*config)
+
+type config struct {
+	capacity      int
+	shards        int
+	shardsSet     bool // else the count is chosen from capacity
+	seed          uint64
+	seedSet       bool
+	growThreshold float64
+}
+
+func defaultConfig() config {
+	return config{capacity: DefaultCapacity, growThreshold: DefaultGrowThreshold}
+}
+
+// WithCapacity sets the number of keys the guard is expected to hold. It
+// sizes the shards so that, filled to n keys, the guard uses at most about
+// 20 bits (2.5 bytes) per key and no shard has had to double. More keys are
+// accepted: shards double as they fill, up to 256× their initial size.
+// n must be at least 1; the default is [DefaultCapacity].
+func WithCapacity(n int) Option {
+	return func(c *config) { c.capacity = n }
+}
+
+// WithShards sets the number of independently locked shards, in
+// [1, MaxShards]; it need not be a power of two. More shards let more
+// writers run in parallel and keep each doubling short; each shard costs
+// about 200 bytes besides its table. By default the count is chosen from
+// the capacity to waste the least memory (a guard of 1,000,000 keys gets
+// about a hundred).
+func WithShards(n int) Option {
+	return func(c *config) { c.shards, c.shardsSet = n, true }
+}
+
+// WithSeed sets the seed of the key hash. By default every Guard gets a
+// random seed, so that an attacker who chooses keys cannot aim them at one
+// bucket or make them collide in every process. Set a seed to get the same
+// layout in several processes or runs; a snapshot records its seed.
+func WithSeed(seed uint64) Option {
+	return func(c *config) { c.seed, c.seedSet = seed, true }
+}
+
+// WithGrowThreshold sets the load factor, in [0.5, 0.95], at which a shard
+// doubles. Lower values grow earlier and keep inserts fast; higher values
+// use memory better. The default is [DefaultGrowThreshold]. A shard that
+// cannot place a key doubles whatever its load.
+func WithGrowThreshold(load float64) Option {
+	return func(c *config) { c.growThreshold = load }
+}
+
+func (c *config) validate() error {
+	if c.capacity < 1 {
+		return fmt.Errorf("guard: capacity %d must be at least 1", c.capacity)
+	}
+	if c.capacity > maxCapacity {
+		return fmt.Errorf("guard: capacity %d exceeds the maximum %d", c.capacity, maxCapacity)
+	}
+	if c.shardsSet && (c.shards < 1 || c.shards > MaxShards) {
+		return fmt.Errorf("guard: shard count %d out of range [1, %d]", c.shards, MaxShards)
+	}
+	if !(c.growThreshold >= 0.5 && c.growThreshold <= 0.95) { // also rejects NaN
+		return fmt.Errorf("guard: grow threshold %v out of range [0.5, 0.95]", c.growThreshold)
+	}
+	return nil
+}

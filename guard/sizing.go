@@ -1,0 +1,203 @@
+package guard
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+
+	"github.com/cuckooguard/cuckooguard/shard"
+)
+
+// maxCapacity bounds WithCapacity: 2^40 keys would take about 2.5 TB.
+const maxCapacity = 1 << 40
+
+// sizingSigmas is how many standard deviations above its mean a shard's key
+// count may be, at the declared capacity, without reaching the grow
+// threshold. Keys spread over shards binomially.
+const sizingSigmas = 3
+
+// routeBits is the number of top hash bits that pick a shard.
+const routeBits = 64 - shard.FingerprintBits - shard.VirtualBits
+
+// maxMixedShards bounds the shard count of a mixed layout, whose routing
+// scans the shard boundaries.
+const maxMixedShards = 8
+
+// layout says how many shards a guard has, how big each is and which share
+// of the hash space routes to each.
+//
+// A uniform layout has equal shards and routes the top routeBits bits x of
+// a hash by multiply-shift: shard (x·n) >> routeBits, which works for any
+// n. Large guards use it. A mixed layout, for small guards, has up to
+// maxMixedShards shards of different power-of-two sizes; shard i gets the
+// routing values below bounds[i] and above the previous bound, a share in
+// proportion to the number of keys it can hold below the grow threshold.
+// Either way the total table size need not be a power of two.
+type layout struct {
+	logs   []int    // log2 buckets of each shard
+	bounds []uint32 // mixed layouts: exclusive upper routing bound of each shard; nil if uniform
+}
+
+// shardIndex returns the shard that routing value x (< 2^routeBits) maps to.
+func (l *layout) shardIndex(x uint64) uint64 {
+	if l.bounds == nil {
+		return x * uint64(len(l.logs)) >> routeBits
+	}
+	i := 0
+	for i < len(l.bounds)-1 && x >= uint64(l.bounds[i]) {
+		i++
+	}
+	return uint64(i)
+}
+
+// share returns the fraction of keys that shard i receives.
+func (l *layout) share(i int) float64 {
+	if l.bounds == nil {
+		return 1 / float64(len(l.logs))
+	}
+	lo := uint32(0)
+	if i > 0 {
+		lo = l.bounds[i-1]
+	}
+	return float64(l.bounds[i]-lo) / (1 << routeBits)
+}
+
+// bytes returns the memory the layout's shards take.
+func (l *layout) bytes() int {
+	n := 0
+	for _, k := range l.logs {
+		n += shard.BytesFor(k)
+	}
+	return n
+}
+
+// maxItemsPerShard returns the largest mean key count m of a shard of
+// 2^k buckets such that m + sizingSigmas·√m stays below threshold·slots.
+func maxItemsPerShard(k int, threshold float64) float64 {
+	a := threshold * float64(int64(4)<<k)
+	z := float64(sizingSigmas)
+	r := (-z + math.Sqrt(z*z+4*a)) / 2
+	return r * r
+}
+
+// uniform returns the layout of n equal shards of 2^k buckets.
+func uniform(n, k int) layout {
+	logs := make([]int, n)
+	for i := range logs {
+		logs[i] = k
+	}
+	return layout{logs: logs}
+}
+
+// plan chooses the layout for capacity keys: the one that needs the least
+// memory, counting each shard's fixed overhead, such that at the capacity
+// every shard's key count stays below the grow threshold with
+// sizingSigmas of margin. Shard tables must be powers of two (the XOR
+// between a key's two buckets needs it), but the total need not be: plan
+// tries equal shards of every size, in any number, and small mixes of
+// different sizes. Among layouts within 1% of the least memory it prefers
+// more shards, so that writers contend less.
+//
+// With shards > 0 the count is fixed and all shards are equal.
+func plan(capacity, shards int, threshold float64) (layout, error) {
+	c := float64(capacity)
+	if shards > 0 {
+		for k := 1; k <= shard.MaxLog2Buckets; k++ {
+			if maxItemsPerShard(k, threshold) >= c/float64(shards) {
+				return uniform(shards, k), nil
+			}
+		}
+		return layout{}, fmt.Errorf("guard: capacity %d does not fit in %d shards", capacity, shards)
+	}
+	var uniforms, mixes []layout
+	for k := 1; k <= shard.MaxLog2Buckets; k++ {
+		n := max(int(math.Ceil(c/maxItemsPerShard(k, threshold))), 1)
+		if n <= MaxShards {
+			uniforms = append(uniforms, uniform(n, k))
+		}
+		if l, ok := mixed(c, k, threshold); ok {
+			mixes = append(mixes, l)
+		}
+	}
+	// Equal shards route with one multiply and spread writers best: use
+	// them unless they waste memory (small guards, where a few shards'
+	// power-of-two rounding is a large fraction).
+	if l, ok := leanest(uniforms); ok && float64(l.bytes())*8 <= uniformBitsBudget*c {
+		return l, nil
+	}
+	if l, ok := leanest(append(uniforms, mixes...)); ok {
+		return l, nil
+	}
+	return layout{}, fmt.Errorf("guard: capacity %d is too large", capacity)
+}
+
+// uniformBitsBudget is the memory per key, in bits at the declared capacity,
+// up to which plan takes equal shards over a leaner mixed layout.
+const uniformBitsBudget = 19.5
+
+// leanest returns the layout with the most shards among those within 1% of
+// the least memory, and reports whether cands was nonempty.
+func leanest(cands []layout) (layout, bool) {
+	best := math.MaxInt
+	for i := range cands {
+		best = min(best, cands[i].bytes())
+	}
+	pick := -1
+	for i := range cands {
+		b := cands[i].bytes()
+		if float64(b) > float64(best)*1.01 {
+			continue
+		}
+		if pick < 0 || len(cands[i].logs) > len(cands[pick].logs) ||
+			len(cands[i].logs) == len(cands[pick].logs) && b < cands[pick].bytes() {
+			pick = i
+		}
+	}
+	if pick < 0 {
+		return layout{}, false
+	}
+	return cands[pick], true
+}
+
+// mixed returns the smallest layout whose shards are the binary
+// decomposition of some unit count N in units of 2^k buckets (so shards of
+// 2^(k+e) buckets for each set bit e of N), with at most maxMixedShards
+// shards, that holds c keys, and reports whether there is one. Each shard
+// gets a share of keys in proportion to what it can hold, so the small
+// shards, whose key counts spread more, get less than their size's worth
+// and no shard forces the others to a low load.
+func mixed(c float64, k int, threshold float64) (layout, bool) {
+	perUnit := threshold * float64(int64(4)<<k)
+	n0 := max(uint64(c/perUnit), 1)
+	for n := n0; n <= 2*n0+1; n++ {
+		if bits.OnesCount64(n) > maxMixedShards || k+bits.Len64(n)-1 > shard.MaxLog2Buckets {
+			continue
+		}
+		var logs []int
+		var caps []float64
+		total := 0.0
+		for e := bits.Len64(n) - 1; e >= 0; e-- {
+			if n>>e&1 != 0 {
+				logs = append(logs, k+e)
+				m := maxItemsPerShard(k+e, threshold)
+				caps = append(caps, m)
+				total += m
+			}
+		}
+		if total < c {
+			continue
+		}
+		if len(logs) == 1 {
+			return layout{logs: logs}, true
+		}
+		bounds := make([]uint32, len(logs))
+		acc := 0.0
+		for i, m := range caps {
+			acc += m
+			bounds[i] = uint32(math.Round(acc / total * (1 << routeBits)))
+		}
+		bounds[len(bounds)-1] = 1 << routeBits
+		return layout{logs: logs, bounds: bounds}, true
+	}
+	return layout{}, false
+}

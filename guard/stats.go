@@ -1,0 +1,57 @@
+package guard
+
+import "github.com/cuckooguard/cuckooguard/shard"
+
+// Stats describes a Guard. It is read shard by shard without locking, so it
+// does not necessarily correspond to any consistent snapshot while writers
+// run.
+type Stats struct {
+	Items           int     // keys in the set, counting copies
+	Shards          int     // number of shards
+	Slots           int     // fingerprint slots over all shards
+	Bytes           int     // memory of the guard, its shards and their tables
+	LoadFactor      float64 // Items / Slots
+	BitsPerItem     float64 // 8·Bytes / Items (0 when empty)
+	EstimatedFPR    float64 // expected false-positive rate of a lookup of an absent key
+	Doublings       int     // doublings over all shards
+	SaturatedShards int     // shards with no doubling left
+	Adds            uint64  // successful adds
+	Removes         uint64  // successful removes
+	AddFailures     uint64  // adds that returned ErrFull
+	ReadRetries     uint64  // lookups that retried because a writer moved fingerprints
+	PerShard        []shard.Stats
+}
+
+// Stats returns the guard's statistics. It costs O(shards) and takes no
+// lock.
+func (g *Guard) Stats() Stats {
+	st := Stats{
+		Shards:      len(g.shards),
+		Bytes:       guardBytes,
+		Adds:        uint64(g.adds.Value()),
+		Removes:     uint64(g.removes.Value()),
+		AddFailures: uint64(g.failures.Value()),
+		PerShard:    make([]shard.Stats, len(g.shards)),
+	}
+	var fpr float64
+	for i := range g.shards {
+		s := g.shards[i].Stats()
+		st.PerShard[i] = s
+		st.Items += s.Items
+		st.Slots += s.Slots
+		st.Bytes += s.Bytes
+		st.Doublings += s.Doublings
+		st.ReadRetries += s.ReadRetries
+		if s.TailBits == 0 {
+			st.SaturatedShards++
+		}
+		// A shard sees lookups in proportion to its routing share.
+		fpr += s.EstimatedFPR * g.lay.share(i)
+	}
+	st.EstimatedFPR = fpr
+	st.LoadFactor = float64(st.Items) / float64(st.Slots)
+	if st.Items > 0 {
+		st.BitsPerItem = 8 * float64(st.Bytes) / float64(st.Items)
+	}
+	return st
+}
