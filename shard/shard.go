@@ -18,10 +18,17 @@ type Shard struct {
 	// Read side: everything a lookup touches, in one cache line.
 	seq atomic.Uint64         // seqlock: odd while fingerprints move
 	tab atomic.Pointer[table] // current table; replaced by Grow
-	_   [64 - 16]byte
+	_   [cacheLine - 8 - unsafe.Sizeof(uintptr(0))]byte
 
 	// Write side, kept off the readers' cache line so that plain inserts and
 	// deletes do not invalidate it.
+	writeSide
+	_ [(cacheLine - unsafe.Sizeof(writeSide{})%cacheLine) % cacheLine]byte
+}
+
+const cacheLine = 64
+
+type writeSide struct {
 	mu        sync.Mutex   // protects the fields below and writes to *tab
 	items     atomic.Int64 // written under mu, read without it by Len
 	doublings atomic.Int32 // written under mu
