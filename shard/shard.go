@@ -21,9 +21,10 @@ type Shard struct {
 	_   [cacheLine - 8 - unsafe.Sizeof(uintptr(0))]byte
 
 	// Write side, kept off the readers' cache line so that plain inserts and
-	// deletes do not invalidate it.
-	writeSide
+	// deletes do not invalidate it. The padding goes before it: a
+	// zero-length last field would make the compiler add padding of its own.
 	_ [(cacheLine - unsafe.Sizeof(writeSide{})%cacheLine) % cacheLine]byte
+	writeSide
 }
 
 const cacheLine = 64
