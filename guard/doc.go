@@ -30,7 +30,7 @@
 //	bits 63..40  routing value x: shard (x · shards) >> 24 (multiply-shift, so
 //	             any shard count works); small guards mix shard sizes and
 //	             route by share boundaries instead
-//	bits 39..32  fingerprint byte b; the stored fingerprint is b%255 + 1 (never 0)
+//	bits 39..32  fingerprint byte b; the stored fingerprint is max(b, 1) (never 0)
 //	bits 31..0   virtual index V; a shard of 2^k buckets and T tail bits uses
 //	             V mod 2^(k+T) (k+T ≤ 32)
 //

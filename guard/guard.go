@@ -82,7 +82,7 @@ func mix(x uint64) uint64 {
 // route cuts a key hash into its shard, fingerprint and virtual index, as
 // laid out in the package documentation.
 func (g *Guard) route(h uint64) (s *shard.Shard, f uint8, v uint64) {
-	f = uint8((h>>shard.VirtualBits)&0xff%255) + 1
+	f = max(uint8(h>>shard.VirtualBits), 1)
 	return &g.shards[g.shardOf(h)], f, h & (1<<shard.VirtualBits - 1)
 }
 

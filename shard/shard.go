@@ -79,23 +79,45 @@ func (s *Shard) Init(log2Buckets int, seed uint64) error {
 //
 // Contains takes no lock and does not allocate.
 func (s *Shard) Contains(f uint8, v uint64) bool {
+	// The first attempt is kept small enough to inline into callers.
+	seq := s.seq.Load()
+	t := s.tab.Load()
+	b1, s1, b2, s2 := t.candidates(f, v, alt(f))
+	// Both buckets are loaded and matched before one branch: the loads
+	// overlap, and a hit in either bucket costs no misprediction. (This is
+	// t.contains, written out so that the whole first attempt is one
+	// function.)
+	x1 := atomic.LoadUint64(&t.buckets[b1]) ^ s1*lanesLow
+	x2 := atomic.LoadUint64(&t.buckets[b2]) ^ s2*lanesLow
+	if zeroLanes(x1)|zeroLanes(x2) != 0 ||
+		t.stashN.Load() != 0 && t.stashContains(b1, s1, b2, s2) {
+		return true // a match is never wrong, whatever writers are doing
+	}
+	// A miss is trusted only if no fingerprint moved while we read:
+	// otherwise we might have read bucket b1 before the item moved into it
+	// and b2 after it left.
+	if seq&1 == 0 && s.seq.Load() == seq {
+		return false
+	}
+	return s.containsRetry(f, v)
+}
+
+// containsRetry is Contains after a miss that overlapped a writer's move.
+func (s *Shard) containsRetry(f uint8, v uint64) bool {
 	g := alt(f)
 	for try := 0; ; try++ {
+		s.retries.Add(1)
+		if try >= 16 {
+			runtime.Gosched() // let the writer finish its walk
+		}
 		seq := s.seq.Load()
 		t := s.tab.Load()
 		b1, s1, b2, s2 := t.candidates(f, v, g)
 		if t.contains(b1, s1, b2, s2) {
-			return true // a match is never wrong, whatever writers are doing
+			return true
 		}
-		// A miss is trusted only if no fingerprint moved while we read:
-		// otherwise we might have read bucket b1 before the item moved
-		// into it and b2 after it left.
 		if seq&1 == 0 && s.seq.Load() == seq {
 			return false
-		}
-		s.retries.Add(1)
-		if try >= 16 {
-			runtime.Gosched() // let the writer finish its walk
 		}
 	}
 }

@@ -1,7 +1,7 @@
 package shard
 
 // collisionProb is the probability that two independent fingerprints
-// f = b%255+1 of a uniform byte b are equal: f = 1 has probability 2/256,
+// f = max(b, 1) of a uniform byte b are equal: f = 1 has probability 2/256,
 // every other value 1/256, so the sum of squares is (4 + 254)/65536.
 const collisionProb = (4.0 + 254.0) / 65536.0
 

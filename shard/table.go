@@ -31,8 +31,7 @@ const (
 // keeps the two candidate buckets distinct at every table size; it must not
 // depend on k, or splits would break the XOR relation.
 func alt(f uint8) uint64 {
-	h := uint64(f)
-	h ^= h >> 33
+	h := uint64(f) // fmix64 starts with h ^= h>>33, a no-op for h < 2^33
 	h *= 0xff51afd7ed558ccd
 	h ^= h >> 33
 	h *= 0xc4ceb9fe1a85ec53
@@ -94,11 +93,15 @@ func (t *table) other(b, s uint64) (uint64, uint64) {
 // contains reports whether slot s1 is in bucket b1, s2 in b2, or either pair
 // in the stash. It reads t with atomic loads only.
 func (t *table) contains(b1, s1, b2, s2 uint64) bool {
-	if hasSlot(atomic.LoadUint64(&t.buckets[b1]), s1) ||
-		hasSlot(atomic.LoadUint64(&t.buckets[b2]), s2) {
-		return true
-	}
-	return t.stashN.Load() != 0 && t.stashIndex(b1<<laneBits|s1, b2<<laneBits|s2) >= 0
+	x1 := atomic.LoadUint64(&t.buckets[b1]) ^ s1*lanesLow
+	x2 := atomic.LoadUint64(&t.buckets[b2]) ^ s2*lanesLow
+	return zeroLanes(x1)|zeroLanes(x2) != 0 || t.stashN.Load() != 0 && t.stashContains(b1, s1, b2, s2)
+}
+
+// stashContains reports whether the stash holds slot s1 of bucket b1 or s2
+// of bucket b2.
+func (t *table) stashContains(b1, s1, b2, s2 uint64) bool {
+	return t.stashIndex(b1<<laneBits|s1, b2<<laneBits|s2) >= 0
 }
 
 // stashIndex returns the index of a stash entry equal to e1 or e2, or -1.
