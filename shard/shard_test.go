@@ -390,3 +390,47 @@ func TestStress(t *testing.T) {
 		t.Errorf("the shard never doubled; the stress test did not exercise Grow")
 	}
 }
+
+// TestFPRAfterDoublings fills a shard to load 0.9, measures its
+// false-positive rate on absent items, doubles it, fills it to 0.9 again,
+// and so on until it saturates. After g doublings the rate must be within
+// 1.5× of 8·load/2^(16−g) (EstimatedFPR, which uses the exact fingerprint
+// collision probability).
+func TestFPRAfterDoublings(t *testing.T) {
+	seed := testSeed(t)
+	r := rand.New(rand.NewPCG(seed, 3))
+	s := mustNew(t, 10)
+	probes := 1_000_000
+	if testing.Short() {
+		probes = 200_000
+	}
+	for g := 0; ; g++ {
+		for s.LoadFactor() < 0.9 {
+			it := randomItem(r)
+			if err := s.Insert(it.f, it.v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Probe items with fresh random bits; inserted ones are negligible
+		// among 2^40 possible items.
+		fp := 0
+		for range probes {
+			it := randomItem(r)
+			if s.Contains(it.f, it.v) {
+				fp++
+			}
+		}
+		st := s.Stats()
+		got := float64(fp) / float64(probes)
+		want := EstimatedFPR(st.LoadFactor, st.TailBits)
+		t.Logf("doublings=%d load=%.3f measured FPR %.3g, 8·load/2^(16-g) = %.3g", g, st.LoadFactor, got, want)
+		if got > 1.5*want || got < want/1.5 {
+			t.Errorf("after %d doublings: measured FPR %.3g, want within 1.5× of %.3g", g, got, want)
+		}
+		if err := s.Grow(); errors.Is(err, ErrSaturated) {
+			return
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
