@@ -6,6 +6,7 @@ require (
 	github.com/puzpuzpuz/xsync/v3 v3.5.1
 	github.com/zeebo/xxh3 v1.1.0
 	go.uber.org/goleak v1.3.0
+	golang.org/x/sync v0.24.0
 )
 
 require (

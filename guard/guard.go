@@ -2,6 +2,7 @@ package guard
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync/atomic"
 	"unsafe"
@@ -9,6 +10,7 @@ import (
 	"github.com/puzpuzpuz/xsync/v3"
 	"github.com/zeebo/xxh3"
 
+	"github.com/cuckooguard/cuckooguard/resize"
 	"github.com/cuckooguard/cuckooguard/shard"
 )
 
@@ -25,7 +27,7 @@ type Guard struct {
 	lay    layout
 	seed   uint64
 
-	growAt float64
+	rs     *resize.Resizer // doubles shards in the background; stopped by Close
 	closed atomic.Bool
 
 	adds     *xsync.Counter
@@ -55,7 +57,6 @@ func New(opts ...Option) (*Guard, error) {
 		shards:   make([]shard.Shard, len(logs)),
 		lay:      lay,
 		seed:     c.seed,
-		growAt:   c.growThreshold,
 		adds:     xsync.NewCounter(),
 		removes:  xsync.NewCounter(),
 		failures: xsync.NewCounter(),
@@ -66,7 +67,32 @@ func New(opts ...Option) (*Guard, error) {
 			return nil, err
 		}
 	}
+	used := g.bytes()
+	if c.maxBytes != 0 && c.maxBytes < used {
+		return nil, fmt.Errorf("guard: memory cap %d bytes is below the %d bytes a guard of capacity %d needs", c.maxBytes, used, c.capacity)
+	}
+	ropts := []resize.Option{resize.WithThreshold(c.growThreshold)}
+	if c.workersSet {
+		ropts = append(ropts, resize.WithWorkers(c.workers))
+	}
+	if c.maxBytes != 0 {
+		ropts = append(ropts, resize.WithMaxBytes(int64(c.maxBytes), int64(used)))
+	}
+	// The Resizer is created last: it starts a goroutine, and New must not
+	// return an error after that.
+	if g.rs, err = resize.New(ropts...); err != nil {
+		return nil, err
+	}
 	return g, nil
+}
+
+// bytes returns the memory of the guard, its shards and their tables.
+func (g *Guard) bytes() int {
+	n := guardBytes
+	for i := range g.shards {
+		n += g.shards[i].Stats().Bytes
+	}
+	return n
 }
 
 // mix is the SplitMix64 finalizer.
@@ -131,8 +157,10 @@ func (g *Guard) ContainsHash(h uint64) bool {
 // present. A key can be added at most about 8 times (its two buckets hold
 // 8 fingerprints); keep one copy per stored key.
 //
-// If the key's shard reaches the grow threshold, Add doubles it before
-// returning; lookups do not wait for that, other writers of the shard do.
+// If the key's shard reaches the grow threshold, Add queues it for a
+// background doubling. If the shard has no room at all, Add doubles it
+// before returning (or helps finish the doubling in progress); lookups
+// never wait for either.
 func (g *Guard) Add(key []byte) error {
 	return g.AddHash(xxh3.HashSeed(key, g.seed))
 }
@@ -157,19 +185,19 @@ func (g *Guard) AddHash(h uint64) error {
 		if !errors.Is(err, shard.ErrFull) {
 			return err // unreachable: f is never 0
 		}
-		// No room even after an eviction walk: double and try again,
-		// unless another writer doubled the shard meanwhile.
-		if _, err := s.GrowFrom(d); err != nil {
+		// No room even after an eviction walk (a migrating shard finishes
+		// its doubling before it walks): double now in this goroutine and
+		// retry, unless the shard cannot grow.
+		if err := g.rs.GrowNow(s, d); err != nil {
 			g.failures.Inc()
+			if errors.Is(err, resize.ErrMaxBytes) {
+				return errFullMaxBytes
+			}
 			return ErrFull
 		}
 	}
 	g.adds.Inc()
-	if s.LoadFactor() >= g.growAt {
-		// A saturated shard cannot grow; it keeps accepting keys until a
-		// walk fails, which then returns ErrFull above.
-		_, _ = s.GrowAbove(g.growAt)
-	}
+	g.rs.Maybe(s) // queues a background doubling at the grow threshold
 	return nil
 }
 
@@ -212,12 +240,13 @@ func (g *Guard) Seed() uint64 {
 	return g.seed
 }
 
-// Close marks the guard closed: later adds return [ErrClosed]; lookups and
-// removes keep working. Close is idempotent, safe to call concurrently, and
-// always returns nil.
+// Close stops the guard's background doublings and waits for them to
+// return. Afterwards adds return [ErrClosed]; lookups and removes keep
+// working, also on a shard whose doubling Close interrupted. Close is
+// idempotent, safe to call concurrently, and always returns nil.
 func (g *Guard) Close() error {
 	g.closed.Store(true)
-	return nil
+	return g.rs.Close()
 }
 
 // guardBytes is the memory of a Guard besides its shards.

@@ -106,7 +106,7 @@ func TestModel(t *testing.T) {
 func TestStress(t *testing.T) {
 	seed := testSeed(t)
 	procs := max(runtime.GOMAXPROCS(0), 2)
-	perWriter := 50_000
+	perWriter := 200_000 / procs
 	if testing.Short() {
 		perWriter = 10_000
 	}
@@ -128,10 +128,12 @@ func TestStress(t *testing.T) {
 			}
 		})
 	}
+	left := make([]int, procs) // keys each remover still holds at the end
 	for w := range procs {
 		others.Go(func() { // remover: adds and removes keys of its own
 			r := rand.New(rand.NewPCG(seed, uint64(w)+100))
 			var mine []string
+			defer func() { left[w] = len(mine) }()
 			for i := 0; ; i++ {
 				select {
 				case <-stop:
@@ -191,8 +193,16 @@ func TestStress(t *testing.T) {
 			}
 		}
 	}
+	want := procs * perWriter
+	for _, n := range left {
+		want += n
+	}
+	if g.Len() != want {
+		t.Errorf("Len() = %d, want %d", g.Len(), want)
+	}
 	st := g.Stats()
-	t.Logf("%d items, %d doublings, %d read retries, load %.3f", st.Items, st.Doublings, st.ReadRetries, st.LoadFactor)
+	t.Logf("%d items, %d doublings (%d completed migrations, %v migrating), %d read retries, load %.3f",
+		st.Items, st.Doublings, st.MigrationsCompleted, st.TimeMigrating, st.ReadRetries, st.LoadFactor)
 	if st.Doublings < 5 {
 		t.Errorf("only %d doublings; the stress test should grow the guard", st.Doublings)
 	}
@@ -414,4 +424,72 @@ func TestSaturationReturnsErrFull(t *testing.T) {
 		}
 	}
 	t.Logf("saturated at %d keys, load %.3f", len(added), st.LoadFactor)
+}
+
+// TestMaxBytes caps a guard's memory, adds until ErrFull, and checks that
+// the cap held, the error says why, and no added key was lost.
+func TestMaxBytes(t *testing.T) {
+	const limit = 64 << 10
+	g := mustNew(t, WithCapacity(1000), WithMaxBytes(limit), WithSeed(testSeed(t)))
+	var added []string
+	var err error
+	for i := 0; i < 1_000_000; i++ {
+		k := strconv.Itoa(i)
+		if err = g.AddString(k); err != nil {
+			break
+		}
+		added = append(added, k)
+		if i%1000 == 0 {
+			if b := g.Stats().Bytes; b > limit {
+				t.Fatalf("after %d adds the guard uses %d bytes, cap %d", i, b, limit)
+			}
+		}
+	}
+	if !errors.Is(err, ErrFull) {
+		t.Fatalf("adds past the cap: error %v, want ErrFull", err)
+	}
+	st := g.Stats()
+	t.Logf("stopped at %d keys: %v; %d bytes of %d, %d doublings, %d refused", len(added), err, st.Bytes, limit, st.Doublings, st.MigrationsRefused)
+	if st.Bytes > limit || st.MigrationsRefused == 0 {
+		t.Fatalf("Stats = %+v", st)
+	}
+	for _, k := range added {
+		if !g.ContainsString(k) {
+			t.Fatalf("false negative for %q after ErrFull", k)
+		}
+	}
+	if _, err := New(WithCapacity(1_000_000), WithMaxBytes(1000)); err == nil {
+		t.Fatalf("New with a cap below the initial size succeeded")
+	}
+}
+
+// TestCloseDuringGrowth closes a guard while its shards double and checks
+// that it stays readable, removes work and adds return ErrClosed.
+func TestCloseDuringGrowth(t *testing.T) {
+	// One large shard, so that its doubling takes long enough to be caught
+	// in the middle.
+	g := mustNew(t, WithShards(1), WithCapacity(500_000), WithSeed(testSeed(t)))
+	n := 0
+	for ; !g.shards[0].Growing() || n < 10; n++ {
+		if err := g.AddString(strconv.Itoa(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st := g.Stats()
+	t.Logf("closed after %d adds; shard growing: %v, migrated %d of %d buckets",
+		n, st.PerShard[0].Growing, st.PerShard[0].MigratedBuckets, st.PerShard[0].Buckets/2)
+	for i := range n {
+		if !g.ContainsString(strconv.Itoa(i)) {
+			t.Fatalf("false negative for %d after Close", i)
+		}
+	}
+	if err := g.AddString("x"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("AddString after Close = %v, want ErrClosed", err)
+	}
+	if !g.RemoveString("7") || g.Len() != n-1 {
+		t.Fatalf("RemoveString after Close failed; Len = %d", g.Len())
+	}
 }

@@ -23,6 +23,9 @@ type config struct {
 	seed          uint64
 	seedSet       bool
 	growThreshold float64
+	maxBytes      int // 0: no cap
+	workers       int
+	workersSet    bool // else resize.DefaultWorkers()
 }
 
 func defaultConfig() config {
@@ -64,6 +67,23 @@ func WithGrowThreshold(load float64) Option {
 	return func(c *config) { c.growThreshold = load }
 }
 
+// WithMaxBytes caps the guard's memory at n bytes, counting every shard
+// and its tables (both tables of a shard while it doubles). A doubling that
+// would pass the cap is refused; the shard keeps filling until it is full,
+// and then [Guard.Add] returns an error that [errors.Is] [ErrFull]. n must
+// be at least the memory of the new guard ([Stats].Bytes); by default there
+// is no cap.
+func WithMaxBytes(n int) Option {
+	return func(c *config) { c.maxBytes = n }
+}
+
+// WithGrowWorkers sets how many shards may double in the background at the
+// same time, at least 1. The default is one per 4 cores (GOMAXPROCS), at
+// least 1.
+func WithGrowWorkers(n int) Option {
+	return func(c *config) { c.workers, c.workersSet = n, true }
+}
+
 func (c *config) validate() error {
 	if c.capacity < 1 {
 		return fmt.Errorf("guard: capacity %d must be at least 1", c.capacity)
@@ -73,6 +93,12 @@ func (c *config) validate() error {
 	}
 	if c.shardsSet && (c.shards < 1 || c.shards > MaxShards) {
 		return fmt.Errorf("guard: shard count %d out of range [1, %d]", c.shards, MaxShards)
+	}
+	if c.maxBytes < 0 {
+		return fmt.Errorf("guard: memory cap %d bytes must not be negative", c.maxBytes)
+	}
+	if c.workersSet && c.workers < 1 {
+		return fmt.Errorf("guard: grow workers %d must be at least 1", c.workers)
 	}
 	if !(c.growThreshold >= 0.5 && c.growThreshold <= 0.95) { // also rejects NaN
 		return fmt.Errorf("guard: grow threshold %v out of range [0.5, 0.95]", c.growThreshold)

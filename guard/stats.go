@@ -1,6 +1,10 @@
 package guard
 
-import "github.com/cuckooguard/cuckooguard/shard"
+import (
+	"time"
+
+	"github.com/cuckooguard/cuckooguard/shard"
+)
 
 // Stats describes a Guard. It is read shard by shard without locking, so it
 // does not necessarily correspond to any consistent snapshot while writers
@@ -19,19 +23,33 @@ type Stats struct {
 	Removes         uint64  // successful removes
 	AddFailures     uint64  // adds that returned ErrFull
 	ReadRetries     uint64  // lookups that retried because a writer moved fingerprints
-	PerShard        []shard.Stats
+
+	MigrationsInFlight  int           // background doublings running now
+	MigrationsQueued    int           // shards waiting for a background worker
+	MigrationsCompleted int64         // doublings finished, background and in Add
+	MigrationsRefused   int64         // doublings refused by the memory cap
+	TimeMigrating       time.Duration // total time spent doubling
+
+	PerShard []shard.Stats // per shard: items, fingerprint bits, tail bits left, doublings, …
 }
 
 // Stats returns the guard's statistics. It costs O(shards) and takes no
 // lock.
 func (g *Guard) Stats() Stats {
+	rs := g.rs.Stats()
 	st := Stats{
 		Shards:      len(g.shards),
 		Bytes:       guardBytes,
 		Adds:        uint64(g.adds.Value()),
 		Removes:     uint64(g.removes.Value()),
 		AddFailures: uint64(g.failures.Value()),
-		PerShard:    make([]shard.Stats, len(g.shards)),
+
+		MigrationsInFlight:  rs.InFlight,
+		MigrationsQueued:    rs.Queued,
+		MigrationsCompleted: rs.Completed,
+		MigrationsRefused:   rs.Refused,
+		TimeMigrating:       rs.TimeGrowing,
+		PerShard:            make([]shard.Stats, len(g.shards)),
 	}
 	var fpr float64
 	for i := range g.shards {
@@ -42,7 +60,7 @@ func (g *Guard) Stats() Stats {
 		st.Bytes += s.Bytes
 		st.Doublings += s.Doublings
 		st.ReadRetries += s.ReadRetries
-		if s.TailBits == 0 {
+		if s.TailBits == 0 && !s.Growing {
 			st.SaturatedShards++
 		}
 		// A shard sees lookups in proportion to its routing share.

@@ -1,79 +1,173 @@
 package shard
 
-// Grow doubles the shard: every bucket j of the current table is split into
-// buckets j and j+2^k of a new table with one tail bit fewer, by the lowest
-// bit of each slot's tail, and the new table replaces the old one. Nothing
-// is rehashed and nothing is evicted; each slot's fingerprint is kept, so
-// the false-positive rate at a given load doubles. Grow returns
-// [ErrSaturated] when no tail bits are left.
+// DefaultChunk is the number of buckets [Shard.Grow] splits per step, and a
+// sensible chunk for [Shard.GrowStep]: a writer waits for at most one
+// chunk, about a microsecond.
+const DefaultChunk = 256
+
+// A doubling splits every bucket j of the current table (2^k buckets, T
+// tail bits) into buckets j and j+2^k of a new table with one tail bit
+// fewer, by the lowest bit of each slot's tail. Nothing is rehashed and
+// nothing is evicted; each slot keeps its fingerprint, so the
+// false-positive rate at a given load doubles.
 //
-// Writers wait for Grow; lookups do not: they keep reading the old table,
-// which holds every item until the new one is published.
-func (s *Shard) Grow() error {
+// A doubling is incremental, in the style of the Go runtime's map growth:
+// [Shard.BeginGrow] allocates the new table, [Shard.GrowStep] splits the
+// next chunk of buckets behind a cursor, and the step that passes the last
+// bucket publishes the new table and drops the old one. Between steps the
+// shard is fully usable: lookups resolve each of their two buckets through
+// the cursor (old table if not split yet, new table otherwise) and never
+// block; a writer that finds a free slot uses it, and a writer that would
+// have to evict helps finish the doubling first. Every step runs under the
+// shard's mutex and an odd sequence, so a writer waits for at most one
+// chunk and a lookup that overlaps a step retries a miss.
+
+// BeginGrow starts a doubling and reports whether it did: false if one is
+// already in progress. It returns [ErrSaturated] if the shard has no tail
+// bits left.
+func (s *Shard) BeginGrow() (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.growLocked()
+	return s.beginGrowLocked()
 }
 
-// GrowFrom doubles the shard, as [Shard.Grow] does, only if it has doubled
-// exactly doublings times so far, and reports whether it did. Callers that
-// saw ErrFull pass the count they read before inserting, so that two
-// callers racing on a full shard double it once.
-func (s *Shard) GrowFrom(doublings int) (bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if int(s.doublings.Load()) != doublings {
+func (s *Shard) beginGrowLocked() (bool, error) {
+	t := s.tab.Load()
+	if t.next.Load() != nil {
 		return false, nil
 	}
-	if err := s.growLocked(); err != nil {
-		return false, err
+	if t.t == 0 {
+		return false, ErrSaturated
 	}
+	// Nothing moves yet (the cursor is 0), so readers need no retry.
+	t.next.Store(newTable(t.k+1, t.t-1))
 	return true, nil
 }
 
-// GrowAbove doubles the shard, as [Shard.Grow] does, if its load factor is
-// at least threshold, and reports whether it did.
-func (s *Shard) GrowAbove(threshold float64) (bool, error) {
+// GrowStep splits up to chunk buckets of a doubling in progress and reports
+// whether no doubling remains in progress (it finished, or none had begun).
+func (s *Shard) GrowStep(chunk int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.LoadFactor() < threshold {
-		return false, nil
-	}
-	if err := s.growLocked(); err != nil {
-		return false, err
-	}
-	return true, nil
+	return s.growStepLocked(max(chunk, 1))
 }
 
-func (s *Shard) growLocked() error {
-	old := s.tab.Load()
-	if old.t == 0 {
-		return ErrSaturated
+func (s *Shard) growStepLocked(chunk int) bool {
+	t := s.tab.Load()
+	nt := t.next.Load()
+	if nt == nil {
+		return true
 	}
-	nt := newTable(old.k+1, old.t-1)
-	half := uint64(len(old.buckets))
-	for j := range old.buckets {
-		// nt is not published yet: plain stores are enough.
-		nt.buckets[j], nt.buckets[uint64(j)+half] = splitBucket(old.buckets[j], old.t)
+	cur := t.cursor.Load()
+	half := uint64(len(t.buckets))
+	end := min(cur+uint64(chunk), half)
+	// The old table keeps every slot it splits, so a reader that resolved
+	// a bucket with the old cursor still finds it there; the odd sequence
+	// is for the stash move in finishLocked, and keeps the rule that every
+	// move of a fingerprint happens under an odd sequence.
+	s.seq.Add(1)
+	for j := cur; j < end; j++ {
+		// New buckets j and j+half are fed by old bucket j only, and
+		// writers put nothing there until the cursor passes j: plain
+		// stores of the split are enough, atomic for concurrent readers.
+		lo, hi := splitBucket(t.buckets[j], t.t)
+		storeBucket(nt, j, lo)
+		storeBucket(nt, j+half, hi)
 	}
-	for i := range old.stash {
-		e := old.stash[i].Load()
+	t.cursor.Store(end)
+	if end == half {
+		s.finishLocked(t, nt)
+	}
+	s.seq.Add(1)
+	return end == half
+}
+
+// finishLocked completes a doubling whose buckets are all split: it moves
+// the old stash into the new table and publishes the new table. The caller
+// holds s.mu with the sequence odd.
+func (s *Shard) finishLocked(t, nt *table) {
+	for i := range t.stash {
+		e := t.stash[i].Load()
 		if e == 0 {
 			continue
 		}
-		b, sl := splitSlot(e>>laneBits, e&laneMask, old.k, old.t)
+		b, sl := splitSlot(e>>laneBits, e&laneMask, t.k, t.t)
 		// The new table has room now; keep the stash only if it does not.
+		// Its stash is empty: inserts during a migration never stash.
 		if !nt.place(b, sl) {
 			nt.stashPut(b, sl)
 		}
+		t.stashClear(i)
 	}
-	// The old table stays intact and complete, so a reader that loaded it
-	// still answers correctly. The bump makes readers that straddle the
-	// swap retry anyway, which keeps the invariant simple: every change of
-	// where a fingerprint lives happens under an odd sequence.
-	s.seq.Add(1)
 	s.tab.Store(nt)
-	s.seq.Add(1)
 	s.doublings.Add(1)
+}
+
+// finishGrowLocked runs a doubling in progress to the end without releasing
+// the mutex.
+func (s *Shard) finishGrowLocked() {
+	for !s.growStepLocked(DefaultChunk) {
+	}
+}
+
+// Grow doubles the shard now: it finishes a doubling in progress, or
+// begins one and runs it to the end, releasing the mutex between chunks so
+// that other writers of the shard wait for at most one chunk. Lookups never
+// wait. It returns [ErrSaturated] when no tail bits are left.
+func (s *Shard) Grow() error {
+	if _, err := s.BeginGrow(); err != nil {
+		return err
+	}
+	for !s.GrowStep(DefaultChunk) {
+	}
 	return nil
+}
+
+// GrowFrom doubles the shard, as [Shard.Grow] does, only if it has finished
+// exactly doublings doublings so far, and reports whether it began the
+// doubling (false if another caller doubled the shard meanwhile, or had
+// already begun, in which case GrowFrom helps finish it). Callers that saw
+// [ErrFull] pass the count they read before inserting, so that two callers
+// racing on a full shard double it once.
+func (s *Shard) GrowFrom(doublings int) (bool, error) {
+	s.mu.Lock()
+	if int(s.doublings.Load()) != doublings {
+		s.mu.Unlock()
+		return false, nil
+	}
+	began, err := s.beginGrowLocked()
+	s.mu.Unlock()
+	if err != nil {
+		return false, err
+	}
+	for !s.GrowStep(DefaultChunk) {
+	}
+	return began, nil
+}
+
+// TableBytes returns the memory of the shard's current table, which a
+// doubling releases when it finishes.
+func (s *Shard) TableBytes() int {
+	return tableHeaderBytes + 8*len(s.tab.Load().buckets)
+}
+
+// Growing reports whether a doubling is in progress.
+func (s *Shard) Growing() bool {
+	return s.tab.Load().next.Load() != nil
+}
+
+// Saturated reports whether the shard can no longer double.
+func (s *Shard) Saturated() bool {
+	t := s.tab.Load()
+	return t.t == 0 && t.next.Load() == nil
+}
+
+// NextGrowBytes returns the memory the next doubling allocates: a table
+// twice the current one. While a doubling is in progress it returns 0.
+func (s *Shard) NextGrowBytes() int {
+	t := s.tab.Load()
+	if t.next.Load() != nil {
+		return 0
+	}
+	return tableHeaderBytes + 16*len(t.buckets)
 }

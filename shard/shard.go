@@ -79,9 +79,12 @@ func (s *Shard) Init(log2Buckets int, seed uint64) error {
 //
 // Contains takes no lock and does not allocate.
 func (s *Shard) Contains(f uint8, v uint64) bool {
-	// The first attempt is kept small enough to inline into callers.
+	// The first attempt is kept small enough to stay one function.
 	seq := s.seq.Load()
 	t := s.tab.Load()
+	if t.next.Load() != nil {
+		return s.containsRetry(f, v, false) // migrating: resolve through the cursor
+	}
 	b1, s1, b2, s2 := t.candidates(f, v, alt(f))
 	// Both buckets are loaded and matched before one branch: the loads
 	// overlap, and a hit in either bucket costs no misprediction. (This is
@@ -99,26 +102,28 @@ func (s *Shard) Contains(f uint8, v uint64) bool {
 	if seq&1 == 0 && s.seq.Load() == seq {
 		return false
 	}
-	return s.containsRetry(f, v)
+	return s.containsRetry(f, v, true)
 }
 
-// containsRetry is Contains after a miss that overlapped a writer's move.
-func (s *Shard) containsRetry(f uint8, v uint64) bool {
+// containsRetry is Contains for a shard that is migrating, or after a miss
+// that overlapped a writer's move (retried is then true).
+func (s *Shard) containsRetry(f uint8, v uint64, retried bool) bool {
 	g := alt(f)
 	for try := 0; ; try++ {
-		s.retries.Add(1)
+		if retried {
+			s.retries.Add(1)
+		}
 		if try >= 16 {
-			runtime.Gosched() // let the writer finish its walk
+			runtime.Gosched() // let the writer finish its walk or chunk
 		}
 		seq := s.seq.Load()
-		t := s.tab.Load()
-		b1, s1, b2, s2 := t.candidates(f, v, g)
-		if t.contains(b1, s1, b2, s2) {
+		if s.tab.Load().lookup(f, v, g) {
 			return true
 		}
 		if seq&1 == 0 && s.seq.Load() == seq {
 			return false
 		}
+		retried = true
 	}
 }
 
@@ -133,7 +138,23 @@ func (s *Shard) Insert(f uint8, v uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.tab.Load()
-	b1, s1, b2, s2 := t.candidates(f, v, alt(f))
+	g := alt(f)
+	if nt := t.next.Load(); nt != nil {
+		// Migrating: a free slot in either resolved bucket is enough.
+		cur := t.cursor.Load()
+		v1 := v & t.vmask
+		tb1, b1, s1 := t.resolve(nt, cur, f, v1)
+		tb2, b2, s2 := t.resolve(nt, cur, f, v1^g&t.vmask)
+		if tb1.put(b1, s1) || tb2.put(b2, s2) {
+			s.items.Add(1)
+			return nil
+		}
+		// Evictions would have to cross the cursor: help finish the
+		// migration first, then insert into the doubled table.
+		s.finishGrowLocked()
+		t = s.tab.Load()
+	}
+	b1, s1, b2, s2 := t.candidates(f, v, g)
 	if t.put(b1, s1) || t.put(b2, s2) {
 		s.items.Add(1)
 		return nil
@@ -197,18 +218,51 @@ func (s *Shard) Delete(f uint8, v uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.tab.Load()
-	b1, s1, b2, s2 := t.candidates(f, v, alt(f))
-	if !t.remove(b1, s1) && !t.remove(b2, s2) {
-		i := t.stashIndex(b1<<laneBits|s1, b2<<laneBits|s2)
-		if i < 0 {
+	g := alt(f)
+	if nt := t.next.Load(); nt != nil {
+		if !s.deleteMigratingLocked(t, nt, f, v, g) {
 			return false
 		}
-		t.stashClear(i)
+		s.items.Add(-1)
+		return true
+	}
+	b1, s1, b2, s2 := t.candidates(f, v, g)
+	if !t.remove(b1, s1) && !t.remove(b2, s2) && !t.stashRemove(b1, s1, b2, s2) {
+		return false
 	}
 	s.items.Add(-1)
 	if t.stashN.Load() != 0 {
 		s.drainStashLocked(t)
 	}
+	return true
+}
+
+// deleteMigratingLocked removes one copy of an item from a migrating shard:
+// from its resolved buckets, or from either table's stash.
+func (s *Shard) deleteMigratingLocked(t, nt *table, f uint8, v, g uint64) bool {
+	cur := t.cursor.Load()
+	v1 := v & t.vmask
+	v2 := v1 ^ g&t.vmask
+	tb1, b1, s1 := t.resolve(nt, cur, f, v1)
+	tb2, b2, s2 := t.resolve(nt, cur, f, v2)
+	if tb1.remove(b1, s1) || tb2.remove(b2, s2) {
+		return true
+	}
+	o1, os1 := t.candidate(f, v1)
+	o2, os2 := t.candidate(f, v2)
+	n1, ns1 := nt.candidate(f, v1)
+	n2, ns2 := nt.candidate(f, v2)
+	return t.stashRemove(o1, os1, o2, os2) || nt.stashRemove(n1, ns1, n2, ns2)
+}
+
+// stashRemove clears one stash entry equal to slot s1 of bucket b1 or s2 of
+// b2 and reports whether there was one.
+func (t *table) stashRemove(b1, s1, b2, s2 uint64) bool {
+	i := t.stashIndex(b1<<laneBits|s1, b2<<laneBits|s2)
+	if i < 0 {
+		return false
+	}
+	t.stashClear(i)
 	return true
 }
 
@@ -259,9 +313,13 @@ func (s *Shard) Len() int {
 	return int(s.items.Load())
 }
 
-// LoadFactor returns the fraction of slots in use. It takes no lock.
+// LoadFactor returns the fraction of slots in use. While the shard
+// doubles it counts the slots of the table being filled. It takes no lock.
 func (s *Shard) LoadFactor() float64 {
 	t := s.tab.Load()
+	if nt := t.next.Load(); nt != nil {
+		t = nt
+	}
 	return float64(s.items.Load()) / float64(len(t.buckets)*slotsPerBucket)
 }
 

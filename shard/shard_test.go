@@ -78,6 +78,7 @@ func TestModel(t *testing.T) {
 	var fulls, grows, stashed int
 	for round := range rounds {
 		s := mustNew(t, 1+r.IntN(6))
+		grow := round%2 == 0 // half the rounds fill up and see ErrFull
 		model := map[item]int{}
 		var keys []item
 		ops := 3000 + r.IntN(3000)
@@ -93,9 +94,10 @@ func TestModel(t *testing.T) {
 				}
 				err := s.Insert(it.f, it.v)
 				if errors.Is(err, ErrFull) {
-					fulls++
-					checkAll(t, s, model, "after ErrFull")
-					if r.IntN(2) == 0 {
+					if fulls++; fulls%16 == 1 {
+						checkAll(t, s, model, "after ErrFull")
+					}
+					if grow && r.IntN(2) == 0 {
 						if err := s.Grow(); err == nil {
 							grows++
 						}
@@ -123,12 +125,21 @@ func TestModel(t *testing.T) {
 					keys[i] = keys[len(keys)-1]
 					keys = keys[:len(keys)-1]
 				}
-			case x < 98: // lookup
+			case x < 97: // lookup
 				if len(keys) > 0 {
 					it := keys[r.IntN(len(keys))]
 					if !s.Contains(it.f, it.v) {
 						t.Fatalf("round %d op %d: false negative for %+v", round, op, it)
 					}
+				}
+			case !grow:
+			case x < 99: // start a doubling, or advance one by a small chunk
+				if s.Growing() {
+					if s.GrowStep(1 + r.IntN(4)) {
+						grows++
+					}
+				} else if _, err := s.BeginGrow(); err != nil && !errors.Is(err, ErrSaturated) {
+					t.Fatalf("BeginGrow: %v", err)
 				}
 			default:
 				if err := s.Grow(); err == nil {
@@ -242,8 +253,19 @@ func TestGrowFromDoublesOnce(t *testing.T) {
 	if got := s.Stats().Buckets; got != 16 {
 		t.Fatalf("Buckets = %d, want 16", got)
 	}
-	if ok, _ := s.GrowAbove(0.5); ok {
-		t.Fatalf("GrowAbove(0.5) grew an empty shard")
+	if started, err := s.BeginGrow(); !started || err != nil {
+		t.Fatalf("BeginGrow() = %v, %v; want true, nil", started, err)
+	}
+	if started, err := s.BeginGrow(); started || err != nil {
+		t.Fatalf("second BeginGrow() = %v, %v; want false, nil (already growing)", started, err)
+	}
+	if !s.Growing() || s.NextGrowBytes() != 0 {
+		t.Fatalf("Growing() = %v, NextGrowBytes() = %d during a doubling", s.Growing(), s.NextGrowBytes())
+	}
+	for !s.GrowStep(3) {
+	}
+	if s.Growing() || s.Stats().Buckets != 32 || s.Doublings() != 2 {
+		t.Fatalf("after the steps: %+v", s.Stats())
 	}
 }
 
@@ -326,6 +348,28 @@ func TestStress(t *testing.T) {
 			}
 		})
 	}
+	var steps atomic.Int64
+	wg.Go(func() { // grower: doubles in small steps, as package resize does
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if s.LoadFactor() >= 0.7 {
+				if _, err := s.BeginGrow(); err != nil && !errors.Is(err, ErrSaturated) {
+					errc <- err
+					return
+				}
+			}
+			if s.Growing() {
+				s.GrowStep(1)
+				steps.Add(1)
+			} else {
+				runtime.Gosched()
+			}
+		}
+	})
 	var readers sync.WaitGroup
 	var checks atomic.Int64
 	for rd := range procs {
@@ -384,8 +428,8 @@ func TestStress(t *testing.T) {
 		}
 	}
 	st := s.Stats()
-	t.Logf("%d reader checks, %d churn ops, %d doublings, %d read retries, load %.3f",
-		checks.Load(), churned.Load(), st.Doublings, st.ReadRetries, st.LoadFactor)
+	t.Logf("%d reader checks, %d churn ops, %d doublings, %d background steps, %d read retries, load %.3f",
+		checks.Load(), churned.Load(), st.Doublings, steps.Load(), st.ReadRetries, st.LoadFactor)
 	if st.Doublings == 0 {
 		t.Errorf("the shard never doubled; the stress test did not exercise Grow")
 	}

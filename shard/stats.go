@@ -12,34 +12,45 @@ type Stats struct {
 	Buckets         int     // buckets in the current table
 	Slots           int     // Buckets × 4
 	Stashed         int     // items parked in the stash
-	TailBits        int     // T: doublings left before saturation
+	TailBits        int     // T: doublings left before saturation (of the new table while Growing)
 	FingerprintBits int     // F + T: bits a lookup compares per slot
 	Doublings       int     // times the shard has doubled
 	Bytes           int     // memory of the shard and its table
 	LoadFactor      float64 // Items / Slots
 	EstimatedFPR    float64 // expected false-positive rate of a lookup
 	ReadRetries     uint64  // lookups that retried because a writer moved items
+	Growing         bool    // a doubling is in progress
+	MigratedBuckets int     // old buckets split so far, while Growing
 }
 
 // Stats returns the shard's statistics. It takes no lock.
 func (s *Shard) Stats() Stats {
 	t := s.tab.Load()
 	items := s.Len()
-	slots := len(t.buckets) * slotsPerBucket
-	load := float64(items) / float64(slots)
-	return Stats{
-		Items:           items,
-		Buckets:         len(t.buckets),
-		Slots:           slots,
-		Stashed:         int(t.stashN.Load()),
-		TailBits:        int(t.t),
-		FingerprintBits: FingerprintBits + int(t.t),
-		Doublings:       s.Doublings(),
-		Bytes:           BytesFor(int(t.k)),
-		LoadFactor:      load,
-		EstimatedFPR:    EstimatedFPR(load, int(t.t)),
-		ReadRetries:     s.retries.Load(),
+	st := Stats{
+		Items:     items,
+		Buckets:   len(t.buckets),
+		Stashed:   int(t.stashN.Load()),
+		TailBits:  int(t.t),
+		Doublings: s.Doublings(),
+		Bytes:     BytesFor(int(t.k)),
 	}
+	if nt := t.next.Load(); nt != nil {
+		// Mid-doubling: report the table being filled, count both tables'
+		// memory and stashes.
+		st.Growing = true
+		st.MigratedBuckets = int(t.cursor.Load())
+		st.Buckets = len(nt.buckets)
+		st.Stashed += int(nt.stashN.Load())
+		st.TailBits = int(nt.t)
+		st.Bytes += tableHeaderBytes + 8*len(nt.buckets)
+	}
+	st.Slots = st.Buckets * slotsPerBucket
+	st.FingerprintBits = FingerprintBits + st.TailBits
+	st.LoadFactor = float64(items) / float64(st.Slots)
+	st.EstimatedFPR = EstimatedFPR(st.LoadFactor, st.TailBits)
+	st.ReadRetries = s.retries.Load()
+	return st
 }
 
 // EstimatedFPR returns the expected false-positive rate of a lookup in a

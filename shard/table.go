@@ -56,6 +56,13 @@ type table struct {
 	// Entries never move between indexes, so clearing one needs no seqlock
 	// bump.
 	stash [StashSize]atomic.Uint64
+
+	// Migration. While the shard doubles, next is the table being filled
+	// and buckets [0, cursor) of this table have been split into it; a
+	// lookup resolves each of its buckets through the cursor. Both are set
+	// under Shard.mu and read by lookups under the seqlock.
+	next   atomic.Pointer[table]
+	cursor atomic.Uint64
 }
 
 func newTable(k, t uint8) *table {
@@ -79,6 +86,60 @@ func (t *table) candidates(f uint8, v, g uint64) (b1, s1, b2, s2 uint64) {
 	v2 := v1 ^ g&t.vmask
 	hi := uint64(f) << t.t
 	return v1 & t.kmask, hi | v1>>t.k, v2 & t.kmask, hi | v2>>t.k
+}
+
+// candidate returns where virtual index vc (already masked to k+t bits)
+// of fingerprint f lives in t: its bucket and slot value.
+func (t *table) candidate(f uint8, vc uint64) (uint64, uint64) {
+	return vc & t.kmask, uint64(f)<<t.t | vc>>t.k
+}
+
+// resolve returns the table, bucket and slot where virtual index vc of
+// fingerprint f lives now: in t if its bucket has not been split into
+// nt = t.next yet (or t is not migrating), else in nt.
+func (t *table) resolve(nt *table, cursor uint64, f uint8, vc uint64) (*table, uint64, uint64) {
+	if nt != nil && vc&t.kmask < cursor {
+		b, s := nt.candidate(f, vc)
+		return nt, b, s
+	}
+	b, s := t.candidate(f, vc)
+	return t, b, s
+}
+
+// lookup reports whether the item with fingerprint f, virtual index v and
+// XOR distance g is in t, resolving buckets through the migration cursor.
+// It reads with atomic loads only; the caller validates a miss with the
+// shard's seqlock.
+func (t *table) lookup(f uint8, v, g uint64) bool {
+	nt := t.next.Load()
+	if nt == nil {
+		b1, s1, b2, s2 := t.candidates(f, v, g)
+		return t.contains(b1, s1, b2, s2)
+	}
+	cur := t.cursor.Load()
+	v1 := v & t.vmask
+	v2 := v1 ^ g&t.vmask
+	tb1, b1, s1 := t.resolve(nt, cur, f, v1)
+	tb2, b2, s2 := t.resolve(nt, cur, f, v2)
+	if hasSlot(atomic.LoadUint64(&tb1.buckets[b1]), s1) || hasSlot(atomic.LoadUint64(&tb2.buckets[b2]), s2) {
+		return true
+	}
+	// Each table's stash holds entries in that table's coordinates.
+	if t.stashN.Load() != 0 {
+		o1, os1 := t.candidate(f, v1)
+		o2, os2 := t.candidate(f, v2)
+		if t.stashContains(o1, os1, o2, os2) {
+			return true
+		}
+	}
+	if nt.stashN.Load() != 0 {
+		n1, ns1 := nt.candidate(f, v1)
+		n2, ns2 := nt.candidate(f, v2)
+		if nt.stashContains(n1, ns1, n2, ns2) {
+			return true
+		}
+	}
+	return false
 }
 
 // other returns the alternate (bucket, slot) of slot s stored in bucket b.
@@ -185,4 +246,9 @@ func splitBucket(b uint64, t uint8) (lo, hi uint64) {
 func splitSlot(b, s uint64, k, t uint8) (uint64, uint64) {
 	tmask := uint64(1)<<t - 1
 	return b | (s&1)<<k, (s>>t)<<(t-1) | (s&tmask)>>1
+}
+
+// storeBucket atomically sets bucket b of t to x.
+func storeBucket(t *table, b, x uint64) {
+	atomic.StoreUint64(&t.buckets[b], x)
 }

@@ -1,0 +1,234 @@
+package resize
+
+import (
+	"errors"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/cuckooguard/cuckooguard/shard"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+type item struct {
+	f uint8
+	v uint64
+}
+
+// fill inserts items into s until its load factor reaches load, and
+// returns them.
+func fill(t *testing.T, s *shard.Shard, r *rand.Rand, load float64) []item {
+	t.Helper()
+	var items []item
+	for s.LoadFactor() < load {
+		it := item{f: uint8(r.IntN(255) + 1), v: r.Uint64()}
+		if err := s.Insert(it.f, it.v); err != nil {
+			t.Fatalf("Insert: %v", err)
+		}
+		items = append(items, it)
+	}
+	return items
+}
+
+func checkItems(t *testing.T, s *shard.Shard, items []item) {
+	t.Helper()
+	for _, it := range items {
+		if !s.Contains(it.f, it.v) {
+			t.Fatalf("false negative for %+v", it)
+		}
+	}
+}
+
+func mustNewShard(t *testing.T, k int) *shard.Shard {
+	t.Helper()
+	s, err := shard.New(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestNewRejectsInvalidOptions(t *testing.T) {
+	tests := []struct {
+		name string
+		opt  Option
+	}{
+		{"threshold 0", WithThreshold(0)},
+		{"threshold 1", WithThreshold(1)},
+		{"workers 0", WithWorkers(0)},
+		{"chunk 0", WithChunk(0)},
+		{"cap below use", WithMaxBytes(10, 20)},
+		{"negative cap", WithMaxBytes(-1, 0)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if r, err := New(tt.opt); err == nil || r != nil {
+				t.Fatalf("New = %v, %v; want nil, error", r, err)
+			}
+		})
+	}
+}
+
+// TestMaybeDoublesInBackground queues a shard at the threshold and checks
+// that a background worker doubles it, and that a shard below the threshold
+// is left alone.
+func TestMaybeDoublesInBackground(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r, err := New(WithThreshold(0.8), WithChunk(7))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		rng := rand.New(rand.NewPCG(1, 2))
+		full, empty := mustNewShard(t, 8), mustNewShard(t, 8)
+		items := fill(t, full, rng, 0.8)
+		r.Maybe(full)
+		r.Maybe(full) // queued once
+		r.Maybe(empty)
+		synctest.Wait() // every goroutine of the Resizer is idle again
+		if got := full.Doublings(); got != 1 {
+			t.Fatalf("full shard doubled %d times, want 1", got)
+		}
+		if empty.Doublings() != 0 {
+			t.Fatalf("a shard below the threshold was doubled")
+		}
+		checkItems(t, full, items)
+		st := r.Stats()
+		if st.Completed != 1 || st.InFlight != 0 || st.Queued != 0 {
+			t.Fatalf("Stats = %+v, want 1 completed, none in flight or queued", st)
+		}
+	})
+}
+
+// TestWorkersBoundConcurrency queues many shards with one worker and checks
+// that at most one migration runs at a time and all finish.
+func TestWorkersBoundConcurrency(t *testing.T) {
+	r, err := New(WithWorkers(1), WithChunk(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	rng := rand.New(rand.NewPCG(3, 4))
+	shards := make([]*shard.Shard, 8)
+	items := make([][]item, len(shards))
+	for i := range shards {
+		shards[i] = mustNewShard(t, 6)
+		items[i] = fill(t, shards[i], rng, 0.9)
+		r.Maybe(shards[i])
+	}
+	deadline := time.Now().Add(time.Minute)
+	for r.Stats().Completed < int64(len(shards)) {
+		if n := r.Stats().InFlight; n > 1 {
+			t.Fatalf("%d migrations in flight with one worker", n)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("migrations did not finish: %+v", r.Stats())
+		}
+		runtime.Gosched()
+	}
+	for i, s := range shards {
+		checkItems(t, s, items[i])
+	}
+}
+
+// TestGrowNowHelpsAndRespectsCap checks the synchronous path: a doubling
+// that fits the cap happens, one that does not is refused with ErrMaxBytes,
+// and a saturated shard reports ErrSaturated.
+func TestGrowNowHelpsAndRespectsCap(t *testing.T) {
+	s := mustNewShard(t, 4)
+	used := int64(s.TableBytes())
+	r, err := New(WithMaxBytes(used+int64(s.NextGrowBytes()), used))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := r.GrowNow(s, 0); err != nil {
+		t.Fatalf("GrowNow within the cap: %v", err)
+	}
+	if s.Doublings() != 1 {
+		t.Fatalf("Doublings = %d, want 1", s.Doublings())
+	}
+	if err := r.GrowNow(s, 0); err != nil {
+		t.Fatalf("GrowNow with a stale count: %v, want nil (someone else doubled)", err)
+	}
+	if err := r.GrowNow(s, 1); !errors.Is(err, ErrMaxBytes) {
+		t.Fatalf("GrowNow past the cap = %v, want ErrMaxBytes", err)
+	}
+	if st := r.Stats(); st.Refused != 1 || st.UsedBytes > used+int64(s.TableBytes()) {
+		t.Fatalf("Stats = %+v", st)
+	}
+
+	unlimited, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlimited.Close()
+	for d := 1; d < shard.InitialTailBits; d++ {
+		if err := unlimited.GrowNow(s, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unlimited.GrowNow(s, shard.InitialTailBits); !errors.Is(err, ErrSaturated) {
+		t.Fatalf("GrowNow on a saturated shard = %v, want ErrSaturated", err)
+	}
+}
+
+// TestCloseMidMigration closes the Resizer while a slow migration runs and
+// checks that the shard stays readable and writable, and that inserts
+// finish the doubling.
+func TestCloseMidMigration(t *testing.T) {
+	r, err := New(WithChunk(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	s := mustNewShard(t, 14)
+	items := fill(t, s, rng, 0.9)
+	r.Maybe(s)
+	for !s.Growing() && s.Doublings() == 0 {
+		runtime.Gosched()
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("closed with the shard growing=%v, %+v", s.Growing(), r.Stats())
+	checkItems(t, s, items)
+	items = append(items, fill(t, s, rng, 0.95)...)
+	checkItems(t, s, items)
+	if s.Growing() {
+		t.Logf("shard still growing after more inserts (free slots sufficed)")
+	}
+}
+
+func TestCloseIsIdempotentAndConcurrent(t *testing.T) {
+	r, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if err := r.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s := mustNewShard(t, 2)
+	fill(t, s, rand.New(rand.NewPCG(7, 8)), 0.95)
+	r.Maybe(s) // ignored after Close
+	if st := r.Stats(); st.Queued != 0 {
+		t.Fatalf("Maybe after Close queued a shard: %+v", st)
+	}
+}
