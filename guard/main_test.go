@@ -1,32 +1,21 @@
 package guard
 
 import (
-	"os"
-	"strconv"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/cuckooguard/cuckooguard/internal/testrand"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// testSeed returns the seed for a randomized test: CUCKOOGUARD_SEED if set,
-// else the clock. It is logged so that a failure can be replayed.
+// testSeed returns the seed for a randomized test and logs it.
 func testSeed(t testing.TB) uint64 {
 	t.Helper()
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("CUCKOOGUARD_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("CUCKOOGUARD_SEED=%q: %v", s, err)
-		}
-		seed = v
-	}
-	t.Logf("seed %d (replay with CUCKOOGUARD_SEED=%d)", seed, seed)
-	return seed
+	return testrand.Seed(t)
 }
 
 func mustNew(t testing.TB, opts ...Option) *Guard {
