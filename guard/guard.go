@@ -67,9 +67,19 @@ func New(opts ...Option) (*Guard, error) {
 			return nil, err
 		}
 	}
+	if err := g.start(c); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// start checks the memory cap against the guard's shards and starts its
+// Resizer. It is the last step of New and Restore: the Resizer starts a
+// goroutine, and they must not return an error after that.
+func (g *Guard) start(c config) error {
 	used := g.bytes()
 	if c.maxBytes != 0 && c.maxBytes < used {
-		return nil, fmt.Errorf("guard: memory cap %d bytes is below the %d bytes a guard of capacity %d needs", c.maxBytes, used, c.capacity)
+		return fmt.Errorf("guard: memory cap %d bytes is below the %d bytes the guard needs", c.maxBytes, used)
 	}
 	ropts := []resize.Option{resize.WithThreshold(c.growThreshold)}
 	if c.workersSet {
@@ -78,12 +88,12 @@ func New(opts ...Option) (*Guard, error) {
 	if c.maxBytes != 0 {
 		ropts = append(ropts, resize.WithMaxBytes(int64(c.maxBytes), int64(used)))
 	}
-	// The Resizer is created last: it starts a goroutine, and New must not
-	// return an error after that.
-	if g.rs, err = resize.New(ropts...); err != nil {
-		return nil, err
+	rs, err := resize.New(ropts...)
+	if err != nil {
+		return err
 	}
-	return g, nil
+	g.rs = rs
+	return nil
 }
 
 // bytes returns the memory of the guard, its shards and their tables.

@@ -1,0 +1,209 @@
+package guard
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/bits"
+
+	"github.com/puzpuzpuz/xsync/v3"
+	"github.com/zeebo/xxh3"
+
+	"github.com/cuckooguard/cuckooguard/shard"
+)
+
+// Snapshot format, version 1 (all integers little-endian):
+//
+//	magic     [4]byte  "CKGD"
+//	version   uint16   1
+//	flags     uint16   0
+//	seed      uint64   the hash seed
+//	shards    uint32   number of shards, in [1, MaxShards]
+//	bounds    uint32   0 for equal shards, else = shards (mixed layout)
+//	bound     bounds × uint32, strictly increasing, the last = 2^24
+//	shard     shards × the encoding of package shard (see shard.Shard.WriteTo)
+//	checksum  uint64   xxh3 of every byte before it
+//
+// Each shard is encoded under its own lock, so a snapshot taken while
+// writers run is consistent per shard but not across shards. A restored
+// guard is older than the store it guards; see [Loader] for catching up.
+
+const (
+	snapshotMagic   = "CKGD"
+	snapshotVersion = 1
+)
+
+// ErrSnapshot is returned by [Restore] for input that is not a valid
+// snapshot: wrong magic or version, impossible sizes, corrupt shard
+// contents or a checksum mismatch. The error wraps it with the details.
+var ErrSnapshot = errors.New("guard: invalid snapshot")
+
+var _ io.WriterTo = (*Guard)(nil)
+
+// WriteTo writes a snapshot of the guard to w in the format described
+// above and returns the number of bytes written. Lookups do not wait for
+// it; writers of each shard wait while that shard is written. Restore it
+// with [Restore].
+func (g *Guard) WriteTo(w io.Writer) (int64, error) {
+	cw := &countingWriter{w: bufio.NewWriterSize(w, 64<<10), h: xxh3.New()}
+	hdr := make([]byte, 0, 24+4*len(g.lay.bounds))
+	hdr = append(hdr, snapshotMagic...)
+	hdr = binary.LittleEndian.AppendUint16(hdr, snapshotVersion)
+	hdr = binary.LittleEndian.AppendUint16(hdr, 0)
+	hdr = binary.LittleEndian.AppendUint64(hdr, g.seed)
+	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(g.shards)))
+	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(g.lay.bounds)))
+	for _, b := range g.lay.bounds {
+		hdr = binary.LittleEndian.AppendUint32(hdr, b)
+	}
+	if _, err := cw.Write(hdr); err != nil {
+		return cw.n, fmt.Errorf("guard: write snapshot header: %w", err)
+	}
+	for i := range g.shards {
+		if _, err := g.shards[i].WriteTo(cw); err != nil {
+			return cw.n, fmt.Errorf("guard: write snapshot of shard %d: %w", i, err)
+		}
+	}
+	sum := binary.LittleEndian.AppendUint64(nil, cw.h.Sum64())
+	if _, err := cw.w.Write(sum); err != nil {
+		return cw.n, fmt.Errorf("guard: write snapshot checksum: %w", err)
+	}
+	cw.n += int64(len(sum))
+	if err := cw.w.Flush(); err != nil {
+		return cw.n, fmt.Errorf("guard: write snapshot: %w", err)
+	}
+	return cw.n, nil
+}
+
+// countingWriter counts and hashes what it writes.
+type countingWriter struct {
+	w *bufio.Writer
+	h *xxh3.Hasher
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.h.Write(p[:n])
+	c.n += int64(n)
+	return n, err
+}
+
+// hashingReader hashes what it reads.
+type hashingReader struct {
+	r io.Reader
+	h *xxh3.Hasher
+}
+
+func (h *hashingReader) Read(p []byte) (int, error) {
+	n, err := h.r.Read(p)
+	h.h.Write(p[:n])
+	return n, err
+}
+
+// Restore reads a snapshot written by [Guard.WriteTo] and returns the guard
+// it holds. The snapshot fixes the seed and the layout: [WithSeed] and
+// [WithShards], if given, must match it, and [WithCapacity] is ignored;
+// [WithGrowThreshold], [WithMaxBytes] and [WithGrowWorkers] apply.
+//
+// Truncated, corrupted or mismatched input returns an error (wrapping
+// [ErrSnapshot] or [io.ErrUnexpectedEOF]) and no guard. Restore reads r to
+// the end of the snapshot and no further than its checksum.
+func Restore(r io.Reader, opts ...Option) (*Guard, error) {
+	c := defaultConfig()
+	for _, o := range opts {
+		o(&c)
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	hr := &hashingReader{r: r, h: xxh3.New()}
+	var hdr [24]byte
+	if _, err := io.ReadFull(hr, hdr[:]); err != nil {
+		return nil, fmt.Errorf("guard: read snapshot header: %w", eofErr(err))
+	}
+	if string(hdr[:4]) != snapshotMagic {
+		return nil, fmt.Errorf("%w: bad magic %q", ErrSnapshot, hdr[:4])
+	}
+	if v := binary.LittleEndian.Uint16(hdr[4:]); v != snapshotVersion {
+		return nil, fmt.Errorf("%w: version %d, want %d", ErrSnapshot, v, snapshotVersion)
+	}
+	if f := binary.LittleEndian.Uint16(hdr[6:]); f != 0 {
+		return nil, fmt.Errorf("%w: unknown flags %#x", ErrSnapshot, f)
+	}
+	seed := binary.LittleEndian.Uint64(hdr[8:])
+	n := binary.LittleEndian.Uint32(hdr[16:])
+	nb := binary.LittleEndian.Uint32(hdr[20:])
+	if n < 1 || n > MaxShards {
+		return nil, fmt.Errorf("%w: %d shards", ErrSnapshot, n)
+	}
+	if nb != 0 && (nb != n || n > maxMixedShards) {
+		return nil, fmt.Errorf("%w: %d routing bounds for %d shards", ErrSnapshot, nb, n)
+	}
+	if c.seedSet && c.seed != seed {
+		return nil, fmt.Errorf("%w: seed %d does not match WithSeed(%d)", ErrSnapshot, seed, c.seed)
+	}
+	if c.shardsSet && c.shards != int(n) {
+		return nil, fmt.Errorf("%w: %d shards do not match WithShards(%d)", ErrSnapshot, n, c.shards)
+	}
+	lay := layout{logs: make([]int, n)}
+	if nb != 0 {
+		buf := make([]byte, 4*nb)
+		if _, err := io.ReadFull(hr, buf); err != nil {
+			return nil, fmt.Errorf("guard: read snapshot routing bounds: %w", eofErr(err))
+		}
+		lay.bounds = make([]uint32, nb)
+		prev := uint32(0)
+		for i := range lay.bounds {
+			b := binary.LittleEndian.Uint32(buf[4*i:])
+			if b <= prev || b > 1<<routeBits || i == len(lay.bounds)-1 && b != 1<<routeBits {
+				return nil, fmt.Errorf("%w: routing bound %d is %d", ErrSnapshot, i, b)
+			}
+			lay.bounds[i], prev = b, b
+		}
+	}
+	g := &Guard{
+		shards:   make([]shard.Shard, n),
+		lay:      lay,
+		seed:     seed,
+		adds:     xsync.NewCounter(),
+		removes:  xsync.NewCounter(),
+		failures: xsync.NewCounter(),
+	}
+	for i := range g.shards {
+		// Init makes the shard usable; ReadFrom then replaces its table.
+		if err := g.shards[i].Init(1, mix(seed+uint64(i))|1); err != nil {
+			return nil, err
+		}
+		if _, err := g.shards[i].ReadFrom(hr); err != nil {
+			if errors.Is(err, shard.ErrCorrupt) {
+				return nil, fmt.Errorf("%w: shard %d: %w", ErrSnapshot, i, err)
+			}
+			return nil, fmt.Errorf("guard: read snapshot shard %d: %w", i, err)
+		}
+		g.lay.logs[i] = bits.Len(uint(g.shards[i].Stats().Buckets)) - 1
+	}
+	want := hr.h.Sum64()
+	var sum [8]byte
+	if _, err := io.ReadFull(r, sum[:]); err != nil {
+		return nil, fmt.Errorf("guard: read snapshot checksum: %w", eofErr(err))
+	}
+	if got := binary.LittleEndian.Uint64(sum[:]); got != want {
+		return nil, fmt.Errorf("%w: checksum %#x, computed %#x", ErrSnapshot, got, want)
+	}
+	if err := g.start(c); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// eofErr turns a clean end of input in the middle of a snapshot into
+// io.ErrUnexpectedEOF.
+func eofErr(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
