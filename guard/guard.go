@@ -127,6 +127,18 @@ func (g *Guard) shardOf(h uint64) uint64 {
 	return g.lay.shardIndex(h >> (64 - routeBits))
 }
 
+// ShardIndex returns the index, in [0, Shards()), of the shard that the
+// key with hash h belongs to. Wrappers such as [Loader] use it to treat one
+// saturated shard differently from the rest.
+func (g *Guard) ShardIndex(h uint64) int {
+	return int(g.shardOf(h))
+}
+
+// Shards returns the number of shards.
+func (g *Guard) Shards() int {
+	return len(g.shards)
+}
+
 // Hash returns the 64-bit hash that [Guard.Add], [Guard.Contains] and
 // [Guard.Remove] compute for key: xxh3 with the guard's seed.
 func (g *Guard) Hash(key []byte) uint64 {

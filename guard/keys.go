@@ -1,0 +1,97 @@
+package guard
+
+import (
+	"encoding/binary"
+	"fmt"
+	"reflect"
+	"strconv"
+	"unsafe"
+)
+
+// keyCodec turns keys of type K into the guard's hash and into the string
+// that coalesces concurrent loads of the same key.
+type keyCodec[K comparable] struct {
+	hash func(g *Guard, k K) uint64
+	str  func(k K) string
+}
+
+// newKeyCodec returns the codec for K. Keys whose underlying type is a
+// string, an integer or a byte array need no encoder: strings hash as
+// their bytes, integers as their 8-byte little-endian value (sign-extended),
+// byte arrays as their bytes. Other key types need custom.
+func newKeyCodec[K comparable](custom func(K) []byte) (keyCodec[K], error) {
+	if custom != nil {
+		return keyCodec[K]{
+			hash: func(g *Guard, k K) uint64 { return g.Hash(custom(k)) },
+			str:  func(k K) string { return string(custom(k)) },
+		}, nil
+	}
+	t := reflect.TypeFor[K]()
+	switch t.Kind() {
+	case reflect.String:
+		return keyCodec[K]{
+			hash: func(g *Guard, k K) uint64 { return g.HashString(*(*string)(unsafe.Pointer(&k))) },
+			str:  func(k K) string { return *(*string)(unsafe.Pointer(&k)) },
+		}, nil
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return keyCodec[K]{
+			hash: func(g *Guard, k K) uint64 { return hashUint64(g, uint64(signed(&k))) },
+			str:  func(k K) string { return strconv.FormatInt(signed(&k), 10) },
+		}, nil
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return keyCodec[K]{
+			hash: func(g *Guard, k K) uint64 { return hashUint64(g, unsigned(&k)) },
+			str:  func(k K) string { return strconv.FormatUint(unsigned(&k), 10) },
+		}, nil
+	case reflect.Array:
+		if t.Elem().Kind() == reflect.Uint8 {
+			return keyCodec[K]{
+				hash: func(g *Guard, k K) uint64 { return g.Hash(arrayBytes(&k)) },
+				str:  func(k K) string { return string(arrayBytes(&k)) },
+			}, nil
+		}
+	}
+	return keyCodec[K]{}, fmt.Errorf("guard: keys of type %v need WithKeyBytes", t)
+}
+
+// hashUint64 hashes an integer key as its 8-byte little-endian encoding.
+func hashUint64(g *Guard, x uint64) uint64 {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], x)
+	return g.Hash(b[:])
+}
+
+// signed reads the integer that *k holds, for K of a signed integer kind.
+func signed[K any](k *K) int64 {
+	p := unsafe.Pointer(k)
+	switch unsafe.Sizeof(*k) {
+	case 1:
+		return int64(*(*int8)(p))
+	case 2:
+		return int64(*(*int16)(p))
+	case 4:
+		return int64(*(*int32)(p))
+	default:
+		return *(*int64)(p)
+	}
+}
+
+// unsigned reads the integer that *k holds, for K of an unsigned kind.
+func unsigned[K any](k *K) uint64 {
+	p := unsafe.Pointer(k)
+	switch unsafe.Sizeof(*k) {
+	case 1:
+		return uint64(*(*uint8)(p))
+	case 2:
+		return uint64(*(*uint16)(p))
+	case 4:
+		return uint64(*(*uint32)(p))
+	default:
+		return *(*uint64)(p)
+	}
+}
+
+// arrayBytes returns the bytes of *k, for K of a byte-array kind.
+func arrayBytes[K any](k *K) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(k)), unsafe.Sizeof(*k))
+}

@@ -1,0 +1,462 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"log/slog"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// memStore is an in-memory store with a counted lookup.
+type memStore[K comparable] struct {
+	mu    sync.RWMutex
+	rows  map[K]string
+	calls atomic.Int64
+}
+
+func newMemStore[K comparable]() *memStore[K] {
+	return &memStore[K]{rows: map[K]string{}}
+}
+
+func (s *memStore[K]) lookup(ctx context.Context, k K) (string, error) {
+	s.calls.Add(1)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	v, ok := s.rows[k]
+	if !ok {
+		return "", ErrNotFound
+	}
+	return v, nil
+}
+
+func (s *memStore[K]) put(k K, v string) {
+	s.mu.Lock()
+	s.rows[k] = v
+	s.mu.Unlock()
+}
+
+func (s *memStore[K]) del(k K) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.rows[k]
+	delete(s.rows, k)
+	return ok
+}
+
+// keys iterates over a copy of the store's keys.
+func (s *memStore[K]) keys(ctx context.Context) iter.Seq2[K, error] {
+	s.mu.RLock()
+	ks := make([]K, 0, len(s.rows))
+	for k := range s.rows {
+		ks = append(ks, k)
+	}
+	s.mu.RUnlock()
+	return func(yield func(K, error) bool) {
+		for _, k := range ks {
+			if !yield(k, nil) {
+				return
+			}
+		}
+	}
+}
+
+func newTestLoader[K comparable](t *testing.T, s *memStore[K], gopts []Option, opts ...LoaderOption) *Loader[K, string] {
+	t.Helper()
+	g, err := New(gopts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts = append([]LoaderOption{WithLogger(slog.New(slog.DiscardHandler))}, opts...)
+	l, err := NewLoader(g, s.lookup, opts...)
+	if err != nil {
+		g.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func TestLoaderWarmUpAndShortCircuit(t *testing.T) {
+	ctx := context.Background()
+	s := newMemStore[string]()
+	for i := range 1000 {
+		s.put("u"+strconv.Itoa(i), "row"+strconv.Itoa(i))
+	}
+	var progress atomic.Int64
+	l := newTestLoader(t, s, []Option{WithCapacity(1000)}, WithFillProgress(func(n int64) { progress.Store(n) }))
+
+	// Not ready: an absent key reaches the store.
+	if _, err := l.Get(ctx, "nobody"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get(absent) before fill = %v, want ErrNotFound from the store", err)
+	}
+	if s.calls.Load() != 1 || l.Ready() || l.Stats().PassedThrough != 1 {
+		t.Fatalf("before fill: %d store calls, ready %v, %+v", s.calls.Load(), l.Ready(), l.Stats())
+	}
+	if err := l.Fill(ctx, s.keys(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	if !l.Ready() || progress.Load() != 1000 {
+		t.Fatalf("after fill: ready %v, progress %d", l.Ready(), progress.Load())
+	}
+	s.calls.Store(0)
+	for i := range 1000 {
+		v, err := l.Get(ctx, "u"+strconv.Itoa(i))
+		if err != nil || v != "row"+strconv.Itoa(i) {
+			t.Fatalf("Get(u%d) = %q, %v", i, v, err)
+		}
+	}
+	const absent = 100_000
+	for i := range absent {
+		if _, err := l.Get(ctx, "x"+strconv.Itoa(i)); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Get(absent) = %v", err)
+		}
+	}
+	st := l.Stats()
+	t.Logf("%+v", st)
+	if calls := s.calls.Load(); calls != int64(1000+st.FalsePositives) || st.Avoided+st.FalsePositives != absent {
+		t.Fatalf("%d store calls for 1000 present and %d absent keys; stats %+v", calls, absent, st)
+	}
+	if st.ObservedFPR > 0.01 {
+		t.Fatalf("observed FPR %v", st.ObservedFPR)
+	}
+}
+
+func TestLoaderCoalescesAndHonoursContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		var calls atomic.Int64
+		lookup := func(ctx context.Context, k string) (string, error) {
+			calls.Add(1)
+			<-release
+			return "v", nil
+		}
+		g, err := New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := NewLoader(g, lookup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		l.MarkReady()
+		if err := l.Insert(context.Background(), "k", func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		// Nine Gets of one key wait on one store call; one of them gives up.
+		cctx, cancel := context.WithCancel(context.Background())
+		gaveUp := make(chan error, 1)
+		go func() {
+			_, err := l.Get(cctx, "k")
+			gaveUp <- err
+		}()
+		var wg sync.WaitGroup
+		results := make(chan string, 8)
+		for range 8 {
+			wg.Go(func() {
+				v, err := l.Get(context.Background(), "k")
+				if err != nil {
+					t.Errorf("Get: %v", err)
+				}
+				results <- v
+			})
+		}
+		synctest.Wait() // every Get is waiting
+		if n := calls.Load(); n != 1 {
+			t.Fatalf("%d store calls for 9 concurrent Gets of one key, want 1", n)
+		}
+		cancel()
+		if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled Get = %v, want context.Canceled", err)
+		}
+		close(release) // the shared call still completes for the others
+		wg.Wait()
+		close(results)
+		for v := range results {
+			if v != "v" {
+				t.Fatalf("Get = %q, want v", v)
+			}
+		}
+		if n := calls.Load(); n != 1 {
+			t.Fatalf("%d store calls, want 1", n)
+		}
+		if _, err := l.Get(cctx, "k"); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Get with a done ctx = %v", err)
+		}
+	})
+}
+
+func TestLoaderInsertDeleteOrdering(t *testing.T) {
+	ctx := context.Background()
+	s := newMemStore[int64]()
+	l := newTestLoader(t, s, nil)
+	l.MarkReady()
+
+	// The guard has the key before the row is visible.
+	err := l.Insert(ctx, 7, func(context.Context) error {
+		if !l.MayContain(7) {
+			t.Errorf("key not in the guard while its write runs")
+		}
+		s.put(7, "seven")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A failed write is rolled back; an uncertain one is kept.
+	boom := errors.New("boom")
+	n := l.Guard().Len()
+	if err := l.Insert(ctx, 8, func(context.Context) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("Insert = %v, want boom", err)
+	}
+	if l.Guard().Len() != n {
+		t.Fatalf("failed insert left the key in the guard")
+	}
+	maybe := fmt.Errorf("commit ack lost: %w", ErrMaybeWritten)
+	if err := l.Insert(ctx, 9, func(context.Context) error { s.put(9, "nine"); return maybe }); !errors.Is(err, ErrMaybeWritten) {
+		t.Fatalf("Insert = %v", err)
+	}
+	if v, err := l.Get(ctx, 9); err != nil || v != "nine" {
+		t.Fatalf("Get(9) after an uncertain write = %q, %v", v, err)
+	}
+	// Delete of a missing row, a failed delete, and a real one.
+	n = l.Guard().Len()
+	if err := l.Delete(ctx, 100, func(context.Context) (bool, error) { return false, nil }); err != nil || l.Guard().Len() != n {
+		t.Fatalf("Delete of a missing row changed the guard: %v", err)
+	}
+	if err := l.Delete(ctx, 7, func(context.Context) (bool, error) { return false, boom }); !errors.Is(err, boom) || !l.MayContain(7) {
+		t.Fatalf("failed Delete removed the key: %v", err)
+	}
+	if err := l.Delete(ctx, 7, func(context.Context) (bool, error) { return s.del(7), nil }); err != nil {
+		t.Fatal(err)
+	}
+	if l.Guard().Len() != n-1 {
+		t.Fatalf("Delete did not remove the key from the guard")
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	called := false
+	if err := l.Insert(cctx, 1, func(context.Context) error { called = true; return nil }); !errors.Is(err, context.Canceled) || called {
+		t.Fatalf("Insert with a done ctx = %v (write called: %v)", err, called)
+	}
+}
+
+func TestLoaderNegativeCache(t *testing.T) {
+	ctx := context.Background()
+	s := newMemStore[string]()
+	now := time.Unix(0, 0)
+	var nowMu sync.Mutex
+	clock := func() time.Time { nowMu.Lock(); defer nowMu.Unlock(); return now }
+	l := newTestLoader(t, s, nil, WithNegativeCache(100, time.Second), withClock(clock))
+	l.MarkReady()
+	// Find a false positive: an absent key the guard lets through. Add
+	// keys to the guard only (as if their rows were elsewhere).
+	var fp string
+	for i := 0; fp == ""; i++ {
+		if err := l.Guard().AddString("g" + strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+		if i%1000 == 0 {
+			for j := range 100_000 {
+				if k := "probe" + strconv.Itoa(j); l.MayContain(k) {
+					fp = k
+					break
+				}
+			}
+		}
+	}
+	for range 3 {
+		if _, err := l.Get(ctx, fp); !errors.Is(err, ErrNotFound) {
+			t.Fatal(err)
+		}
+	}
+	st := l.Stats()
+	if s.calls.Load() != 1 || st.NegativeCacheHits != 2 || st.FalsePositives != 1 {
+		t.Fatalf("3 Gets of a false positive: %d store calls, %+v", s.calls.Load(), st)
+	}
+	// Expiry.
+	nowMu.Lock()
+	now = now.Add(2 * time.Second)
+	nowMu.Unlock()
+	l.Get(ctx, fp)
+	if s.calls.Load() != 2 {
+		t.Fatalf("expired entry still served")
+	}
+	// An insert voids the entry at once.
+	if err := l.Insert(ctx, fp, func(context.Context) error { s.put(fp, "row"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := l.Get(ctx, fp); err != nil || v != "row" {
+		t.Fatalf("Get after Insert = %q, %v; the negative cache hid a committed row", v, err)
+	}
+}
+
+type userID string
+
+type compound struct {
+	a int
+	b string
+}
+
+func TestLoaderKeyTypes(t *testing.T) {
+	ctx := context.Background()
+	g := mustNew(t)
+	check := func(t *testing.T, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("named string", func(t *testing.T) {
+		l, err := NewLoader(g, func(context.Context, userID) (int, error) { return 1, nil })
+		check(t, err)
+		if l.Hash("a") != g.HashString("a") {
+			t.Fatalf("a userID key does not hash as its string")
+		}
+		l.MarkReady()
+		if n := testing.AllocsPerRun(100, func() { l.MayContain("abc") }); n != 0 {
+			t.Fatalf("MayContain allocates %v times", n)
+		}
+	})
+	t.Run("int32", func(t *testing.T) {
+		l, err := NewLoader(g, func(context.Context, int32) (int, error) { return 1, nil })
+		check(t, err)
+		l64, err := NewLoader(g, func(context.Context, int64) (int, error) { return 1, nil })
+		check(t, err)
+		if l.Hash(-5) != l64.Hash(-5) || l.Hash(5) == l.Hash(6) {
+			t.Fatalf("integer keys do not hash by value")
+		}
+		if l.codec.str(-5) != "-5" {
+			t.Fatalf("str(-5) = %q", l.codec.str(-5))
+		}
+		if n := testing.AllocsPerRun(100, func() { l.MayContain(42) }); n != 0 {
+			t.Fatalf("MayContain allocates %v times", n)
+		}
+	})
+	t.Run("uint16 and byte array", func(t *testing.T) {
+		lu, err := NewLoader(g, func(context.Context, uint16) (int, error) { return 1, nil })
+		check(t, err)
+		if lu.Hash(65535) != hashUint64(g, 65535) {
+			t.Fatalf("uint16 key hashes wrongly")
+		}
+		la, err := NewLoader(g, func(context.Context, [4]byte) (int, error) { return 1, nil })
+		check(t, err)
+		if la.Hash([4]byte{1, 2, 3, 4}) != g.Hash([]byte{1, 2, 3, 4}) {
+			t.Fatalf("a byte-array key does not hash as its bytes")
+		}
+	})
+	t.Run("struct needs WithKeyBytes", func(t *testing.T) {
+		lookup := func(context.Context, compound) (int, error) { return 1, nil }
+		if _, err := NewLoader(g, lookup); err == nil {
+			t.Fatalf("NewLoader accepted a struct key without WithKeyBytes")
+		}
+		l, err := NewLoader(g, lookup, WithKeyBytes(func(c compound) []byte { return []byte(strconv.Itoa(c.a) + "/" + c.b) }))
+		check(t, err)
+		l.MarkReady()
+		if err := l.Insert(ctx, compound{1, "x"}, func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if !l.MayContain(compound{1, "x"}) {
+			t.Fatalf("false negative with a custom encoder")
+		}
+		if _, err := NewLoader(g, lookup, WithKeyBytes(func(s string) []byte { return []byte(s) })); err == nil {
+			t.Fatalf("NewLoader accepted an encoder for the wrong key type")
+		}
+	})
+	t.Run("bad options", func(t *testing.T) {
+		lookup := func(context.Context, string) (int, error) { return 1, nil }
+		for _, o := range []LoaderOption{WithMaxFPR(0), WithLoadTimeout(0), WithNegativeCache(10, 0), WithFillWorkers(0)} {
+			if _, err := NewLoader(g, lookup, o); err == nil {
+				t.Errorf("NewLoader accepted an invalid option")
+			}
+		}
+		if _, err := NewLoader[string, int](nil, lookup); err == nil {
+			t.Errorf("NewLoader accepted a nil guard")
+		}
+	})
+}
+
+// TestLoaderConcurrentModel runs inserts, deletes and gets from many
+// goroutines against an in-memory store, with a guard that starts small
+// and a tight memory cap on rebuilds so that shards saturate, pass through
+// and get rebuilt. A row whose Insert returned must never read ErrNotFound
+// until its Delete begins.
+func TestLoaderConcurrentModel(t *testing.T) {
+	seed := testSeed(t)
+	ctx := context.Background()
+	s := newMemStore[string]()
+	l := newTestLoader(t, s, []Option{WithCapacity(1000), WithShards(2), WithMaxBytes(8 << 10), WithSeed(seed)},
+		WithKeySource(s.keys), WithNegativeCache(1000, time.Minute))
+	if err := l.Fill(ctx, s.keys(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	procs := max(runtime.GOMAXPROCS(0), 2)
+	ops := 20_000
+	if testing.Short() {
+		ops = 3000
+	}
+	errc := make(chan error, procs)
+	var wg sync.WaitGroup
+	for w := range procs {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(seed, uint64(w)))
+			var mine []string // committed rows of this worker
+			for i := range ops {
+				switch x := r.IntN(10); {
+				case x < 4:
+					k := fmt.Sprintf("w%d/%d", w, i)
+					if err := l.Insert(ctx, k, func(context.Context) error { s.put(k, k); return nil }); err != nil {
+						errc <- err
+						return
+					}
+					mine = append(mine, k)
+				case x < 5 && len(mine) > 0:
+					j := r.IntN(len(mine))
+					k := mine[j]
+					mine[j] = mine[len(mine)-1]
+					mine = mine[:len(mine)-1]
+					if err := l.Delete(ctx, k, func(context.Context) (bool, error) { return s.del(k), nil }); err != nil {
+						errc <- err
+						return
+					}
+				case len(mine) > 0:
+					k := mine[r.IntN(len(mine))]
+					if v, err := l.Get(ctx, k); err != nil || v != k {
+						errc <- fmt.Errorf("Get(%q) of a committed row = %q, %v (%+v)", k, v, err, l.Stats())
+						return
+					}
+					l.Get(ctx, "absent"+strconv.Itoa(r.IntN(1000)))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	// Let a running rebuild finish, then check every row once more.
+	for l.Stats().Rebuilding {
+		runtime.Gosched()
+	}
+	for k := range s.keys(ctx) {
+		if _, err := l.Get(ctx, k); err != nil {
+			t.Fatalf("Get(%q) = %v after the run", k, err)
+		}
+	}
+	st := l.Stats()
+	t.Logf("rebuilds %d (errors %d), pass-through shards %d, store calls %d, avoided %d, FP %d, neg hits %d, guard %d items %d doublings",
+		st.Rebuilds, st.RebuildErrors, st.PassThroughShards, st.StoreCalls, st.Avoided, st.FalsePositives, st.NegativeCacheHits, st.Guard.Items, st.Guard.Doublings)
+	if st.Rebuilds == 0 {
+		t.Errorf("no rebuild happened; the test should saturate the guard")
+	}
+}
