@@ -267,6 +267,12 @@ func (l *Loader[K, V]) add(v *view, h uint64) (bool, error) {
 	if err == nil {
 		return true, nil
 	}
+	if errors.Is(err, ErrClosed) && v != l.cur.Load() && v != l.shadow.Load() {
+		// A rebuild replaced v while a Fill or CatchUp was adding to it.
+		// The new guard was filled from the key source after every write
+		// in flight had finished, so it covers this key already.
+		return false, nil
+	}
 	if !errors.Is(err, ErrFull) {
 		return false, err
 	}

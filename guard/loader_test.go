@@ -460,3 +460,32 @@ func TestLoaderConcurrentModel(t *testing.T) {
 		t.Errorf("no rebuild happened; the test should saturate the guard")
 	}
 }
+
+// TestLoaderRebuildDuringFill saturates the guard during its warm-up: the
+// rebuild it triggers may replace the guard that Fill is adding to, and
+// Fill must still succeed with every row findable.
+func TestLoaderRebuildDuringFill(t *testing.T) {
+	ctx := context.Background()
+	for round := range 20 {
+		s := newMemStore[int]()
+		for i := range 5000 {
+			s.put(i, "r")
+		}
+		l := newTestLoader(t, s, []Option{WithCapacity(500), WithShards(2), WithMaxBytes(3000)}, WithKeySource(s.keys), WithFillWorkers(2))
+		if err := l.Fill(ctx, s.keys(ctx)); err != nil {
+			t.Fatalf("round %d: Fill: %v", round, err)
+		}
+		for l.Stats().Rebuilding {
+			runtime.Gosched()
+		}
+		for i := range 5000 {
+			if _, err := l.Get(ctx, i); err != nil {
+				t.Fatalf("round %d: Get(%d) = %v (%+v)", round, i, err, l.Stats())
+			}
+		}
+		if st := l.Stats(); st.Rebuilds == 0 {
+			t.Fatalf("round %d: no rebuild", round)
+		}
+		l.Close()
+	}
+}

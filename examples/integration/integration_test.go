@@ -1,0 +1,302 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/cuckooguard/cuckooguard/examples/internal/userdb"
+	"github.com/cuckooguard/cuckooguard/guard"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// forEachDB runs test against a fresh SQLite database and, if
+// CUCKOOGUARD_PG_DSN is set, a fresh PostgreSQL schema.
+func forEachDB(t *testing.T, test func(t *testing.T, db *userdb.DB)) {
+	t.Run("sqlite", func(t *testing.T) {
+		db := openDB(t, filepath.Join(t.TempDir(), "users.db"))
+		test(t, db)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		dsn := os.Getenv("CUCKOOGUARD_PG_DSN")
+		if dsn == "" {
+			t.Skip("set CUCKOOGUARD_PG_DSN=postgres://user@127.0.0.1:5432/db to run against PostgreSQL (.ci/run starts one)")
+		}
+		test(t, openDB(t, pgSchema(t, dsn)))
+	})
+}
+
+func openDB(t *testing.T, dsn string) *userdb.DB {
+	t.Helper()
+	ctx := context.Background()
+	db, err := userdb.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := db.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// pgSchema creates a schema of its own for the test and returns a DSN
+// whose connections use it; the schema is dropped at the end.
+func pgSchema(t *testing.T, dsn string) string {
+	t.Helper()
+	ctx := context.Background()
+	admin, err := userdb.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := "t_" + strings.ToLower(strings.NewReplacer("/", "_", "-", "_").Replace(t.Name())) + fmt.Sprintf("_%d", time.Now().UnixNano()%1e6)
+	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
+		admin.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		admin.ExecContext(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
+		admin.Close()
+	})
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func newLoader(t *testing.T, db *userdb.DB, gopts ...guard.Option) *guard.Loader[int64, userdb.User] {
+	t.Helper()
+	g, err := guard.New(gopts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := guard.NewLoader(g, db.Lookup,
+		guard.WithKeySource(db.IDs),
+		guard.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		g.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func TestWarmUpFromSelect(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db *userdb.DB) {
+		ctx := context.Background()
+		const rows = 5000
+		if err := db.Seed(ctx, rows, nil); err != nil {
+			t.Fatal(err)
+		}
+		l := newLoader(t, db, guard.WithCapacity(rows))
+		if err := l.Fill(ctx, db.IDs(ctx)); err != nil {
+			t.Fatal(err)
+		}
+		if !l.Ready() || l.Guard().Len() != rows {
+			t.Fatalf("after Fill: ready %v, %d keys", l.Ready(), l.Guard().Len())
+		}
+		db.Lookups.Store(0)
+		for id := int64(1); id <= rows; id++ {
+			if u, err := l.Get(ctx, id); err != nil || u.ID != id {
+				t.Fatalf("Get(%d) = %+v, %v", id, u, err)
+			}
+		}
+		for id := int64(rows + 1); id <= rows+20_000; id++ {
+			if _, err := l.Get(ctx, id); !errors.Is(err, guard.ErrNotFound) {
+				t.Fatalf("Get(%d) = %v, want ErrNotFound", id, err)
+			}
+		}
+		st := l.Stats()
+		t.Logf("queries %d for %d present + 20000 absent ids; avoided %d, false positives %d", db.Lookups.Load(), rows, st.Avoided, st.FalsePositives)
+		if db.Lookups.Load() != rows+int64(st.FalsePositives) {
+			t.Fatalf("%d queries, want %d", db.Lookups.Load(), rows+int64(st.FalsePositives))
+		}
+	})
+}
+
+func TestFailedWriteRollsBack(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db *userdb.DB) {
+		ctx := context.Background()
+		l := newLoader(t, db)
+		l.MarkReady()
+		insert := func(u userdb.User) error {
+			return l.Insert(ctx, u.ID, func(ctx context.Context) error { return db.Insert(ctx, u) })
+		}
+		if err := insert(userdb.User{ID: 1, Name: "a"}); err != nil {
+			t.Fatal(err)
+		}
+		n := l.Guard().Len()
+		if err := insert(userdb.User{ID: 1, Name: "b"}); !errors.Is(err, userdb.ErrExists) {
+			t.Fatalf("duplicate insert = %v, want ErrExists", err)
+		}
+		if l.Guard().Len() != n {
+			t.Fatalf("a failed insert left its key in the guard")
+		}
+		// A transaction that rolls back.
+		err := l.Insert(ctx, 2, func(ctx context.Context) error {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO users (id, name) VALUES ($1, $2)`, 2, "c"); err != nil {
+				tx.Rollback()
+				return err
+			}
+			tx.Rollback()
+			return errors.New("business rule said no")
+		})
+		if err == nil || l.Guard().Len() != n {
+			t.Fatalf("rolled-back transaction: err %v, guard %d keys, want %d", err, l.Guard().Len(), n)
+		}
+		if _, err := l.Get(ctx, 2); !errors.Is(err, guard.ErrNotFound) {
+			t.Fatalf("Get(2) = %v", err)
+		}
+		if u, err := l.Get(ctx, 1); err != nil || u.Name != "a" {
+			t.Fatalf("Get(1) = %+v, %v", u, err)
+		}
+	})
+}
+
+// runWorkload runs inserts, deletes and gets of random ids from several
+// goroutines for the given number of operations each and fails if a Get of
+// a row whose insert had returned (and whose delete had not begun) says
+// ErrNotFound.
+func runWorkload(t *testing.T, l *guard.Loader[int64, userdb.User], db *userdb.DB, base int64, ops int) {
+	t.Helper()
+	ctx := context.Background()
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("workload seed %d", seed)
+	procs := max(runtime.GOMAXPROCS(0), 2) * 2
+	errc := make(chan error, procs)
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	next.Store(base)
+	for w := range procs {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(seed, uint64(w)))
+			var mine []int64
+			for range ops {
+				switch x := r.IntN(10); {
+				case x < 3:
+					id := next.Add(1)
+					u := userdb.User{ID: id, Name: fmt.Sprint("w", w)}
+					if err := l.Insert(ctx, id, func(ctx context.Context) error { return db.Insert(ctx, u) }); err != nil {
+						errc <- err
+						return
+					}
+					mine = append(mine, id)
+				case x < 4 && len(mine) > 0:
+					j := r.IntN(len(mine))
+					id := mine[j]
+					mine[j] = mine[len(mine)-1]
+					mine = mine[:len(mine)-1]
+					if err := l.Delete(ctx, id, func(ctx context.Context) (bool, error) { return db.Delete(ctx, id) }); err != nil {
+						errc <- err
+						return
+					}
+				case x < 8 && len(mine) > 0:
+					id := mine[r.IntN(len(mine))]
+					if _, err := l.Get(ctx, id); err != nil {
+						errc <- fmt.Errorf("Get(%d) of a committed row: %w", id, err)
+						return
+					}
+				default:
+					if _, err := l.Get(ctx, -1-r.Int64N(1<<40)); !errors.Is(err, guard.ErrNotFound) {
+						errc <- fmt.Errorf("Get of an absent id: %v", err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+}
+
+func TestConcurrentWritesNeverFalseNegative(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db *userdb.DB) {
+		ctx := context.Background()
+		if err := db.Seed(ctx, 2000, nil); err != nil {
+			t.Fatal(err)
+		}
+		l := newLoader(t, db, guard.WithCapacity(2000))
+		// Writes start before the warm-up finishes: Fill reads the table
+		// while inserts and deletes run.
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if err := l.Fill(ctx, db.IDs(ctx)); err != nil {
+				t.Error(err)
+			}
+		})
+		runWorkload(t, l, db, 1_000_000, 300)
+		wg.Wait()
+		runWorkload(t, l, db, 2_000_000, 300)
+		for id := range db.IDs(ctx) {
+			if _, err := l.Get(ctx, id); err != nil {
+				t.Fatalf("Get(%d) after the run: %v", id, err)
+			}
+		}
+		st := l.Stats()
+		t.Logf("store calls %d, avoided %d, false positives %d, guard %d keys", st.StoreCalls, st.Avoided, st.FalsePositives, st.Guard.Items)
+	})
+}
+
+func TestRebuildUnderLoad(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db *userdb.DB) {
+		ctx := context.Background()
+		if err := db.Seed(ctx, 3000, nil); err != nil {
+			t.Fatal(err)
+		}
+		// A guard declared for 1000 keys under a memory cap that allows no
+		// doubling: the warm-up of 3000 rows saturates its shards, which
+		// pass through and trigger a rebuild from SELECT id while the
+		// workload runs.
+		g, err := guard.New(guard.WithCapacity(1000), guard.WithShards(2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		limit := g.Stats().Bytes + 1000
+		g.Close()
+		l := newLoader(t, db, guard.WithCapacity(1000), guard.WithShards(2), guard.WithMaxBytes(limit))
+		if err := l.Fill(ctx, db.IDs(ctx)); err != nil {
+			t.Fatal(err)
+		}
+		runWorkload(t, l, db, 1_000_000, 600)
+		for l.Stats().Rebuilding {
+			runtime.Gosched()
+		}
+		for id := range db.IDs(ctx) {
+			if _, err := l.Get(ctx, id); err != nil {
+				t.Fatalf("Get(%d) after the run: %v", id, err)
+			}
+		}
+		st := l.Stats()
+		t.Logf("rebuilds %d (errors %d), pass-through shards %d, guard %d keys", st.Rebuilds, st.RebuildErrors, st.PassThroughShards, st.Guard.Items)
+		if st.Rebuilds == 0 {
+			t.Fatalf("no rebuild: %+v", st)
+		}
+	})
+}

@@ -1,0 +1,179 @@
+// Package userdb is the small users table that the examples and the
+// integration tests guard: open SQLite or PostgreSQL, create and seed the
+// table, and look up, insert and delete rows while counting queries.
+package userdb
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"iter"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
+	_ "modernc.org/sqlite"             // registers "sqlite"
+)
+
+// User is one row of the users table.
+type User struct {
+	ID   int64  `json:"id"`
+	Name string `json:"name"`
+}
+
+// DB is a users table in SQLite or PostgreSQL. It counts the lookups it
+// runs, so that callers can see what a guard saved.
+type DB struct {
+	*sql.DB
+	Driver  string       // "sqlite" or "pgx"
+	Lookups atomic.Int64 // SELECT ... WHERE id = $1 queries run
+}
+
+// DefaultSQLitePath is where Open keeps the SQLite database when dsn is "".
+func DefaultSQLitePath(name string) string {
+	return filepath.Join(os.TempDir(), "cuckooguard-"+name+".db")
+}
+
+// Open opens dsn: a postgres:// or postgresql:// URL uses PostgreSQL
+// through pgx; anything else is a SQLite file path (embedded, pure Go).
+func Open(ctx context.Context, dsn string) (*DB, error) {
+	driver, source := "sqlite", dsn
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		driver = "pgx"
+	} else {
+		// WAL lets readers run while one writer writes; busy_timeout makes
+		// concurrent writers wait instead of failing with SQLITE_BUSY.
+		source = "file:" + dsn + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)"
+	}
+	db, err := sql.Open(driver, source)
+	if err != nil {
+		return nil, fmt.Errorf("userdb: open: %w", err)
+	}
+	if driver == "sqlite" {
+		db.SetMaxOpenConns(8)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("userdb: ping %s: %w", driver, err)
+	}
+	return &DB{DB: db, Driver: driver}, nil
+}
+
+// Migrate creates the users table if it does not exist.
+func (d *DB) Migrate(ctx context.Context) error {
+	_, err := d.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS users (id BIGINT PRIMARY KEY, name TEXT NOT NULL)`)
+	if err != nil {
+		return fmt.Errorf("userdb: create table: %w", err)
+	}
+	return nil
+}
+
+// Seed makes sure users 1..n exist, inserting the missing ones in batches,
+// and calls progress with the number of ids done after each batch.
+func (d *DB) Seed(ctx context.Context, n int64, progress func(done int64)) error {
+	const batch = 5000
+	for lo := int64(1); lo <= n; lo += batch {
+		hi := min(lo+batch-1, n)
+		tx, err := d.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("userdb: seed: %w", err)
+		}
+		stmt, err := tx.PrepareContext(ctx, `INSERT INTO users (id, name) VALUES ($1, $2) ON CONFLICT DO NOTHING`)
+		if err != nil {
+			tx.Rollback()
+			return fmt.Errorf("userdb: seed: %w", err)
+		}
+		for id := lo; id <= hi; id++ {
+			if _, err := stmt.ExecContext(ctx, id, fmt.Sprintf("user %d", id)); err != nil {
+				tx.Rollback()
+				return fmt.Errorf("userdb: seed id %d: %w", id, err)
+			}
+		}
+		stmt.Close()
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("userdb: seed: %w", err)
+		}
+		if progress != nil {
+			progress(hi)
+		}
+	}
+	return nil
+}
+
+// Lookup returns the user with the given id, or an error wrapping
+// sql.ErrNoRows.
+func (d *DB) Lookup(ctx context.Context, id int64) (User, error) {
+	d.Lookups.Add(1)
+	u := User{ID: id}
+	err := d.QueryRowContext(ctx, `SELECT name FROM users WHERE id = $1`, id).Scan(&u.Name)
+	if err != nil {
+		return User{}, fmt.Errorf("userdb: user %d: %w", id, err)
+	}
+	return u, nil
+}
+
+// ErrExists is returned by Insert for an id that is taken.
+var ErrExists = errors.New("userdb: user exists")
+
+// Insert creates u. It returns ErrExists if the id is taken.
+func (d *DB) Insert(ctx context.Context, u User) error {
+	res, err := d.ExecContext(ctx, `INSERT INTO users (id, name) VALUES ($1, $2) ON CONFLICT DO NOTHING`, u.ID, u.Name)
+	if err != nil {
+		return fmt.Errorf("userdb: insert user %d: %w", u.ID, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("userdb: insert user %d: %w", u.ID, err)
+	} else if n == 0 {
+		return ErrExists
+	}
+	return nil
+}
+
+// Delete deletes the user with the given id and reports whether it
+// existed.
+func (d *DB) Delete(ctx context.Context, id int64) (bool, error) {
+	res, err := d.ExecContext(ctx, `DELETE FROM users WHERE id = $1`, id)
+	if err != nil {
+		return false, fmt.Errorf("userdb: delete user %d: %w", id, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("userdb: delete user %d: %w", id, err)
+	}
+	return n > 0, nil
+}
+
+// IDs iterates over every id in the table, streaming the rows.
+func (d *DB) IDs(ctx context.Context) iter.Seq2[int64, error] {
+	return func(yield func(int64, error) bool) {
+		rows, err := d.QueryContext(ctx, `SELECT id FROM users`)
+		if err != nil {
+			yield(0, fmt.Errorf("userdb: list ids: %w", err))
+			return
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				yield(0, fmt.Errorf("userdb: list ids: %w", err))
+				return
+			}
+			if !yield(id, nil) {
+				return
+			}
+		}
+		if err := rows.Err(); err != nil {
+			yield(0, fmt.Errorf("userdb: list ids: %w", err))
+		}
+	}
+}
+
+// Count returns the number of rows.
+func (d *DB) Count(ctx context.Context) (int64, error) {
+	var n int64
+	err := d.QueryRowContext(ctx, `SELECT COUNT(*) FROM users`).Scan(&n)
+	return n, err
+}
