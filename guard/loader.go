@@ -238,14 +238,22 @@ func (l *Loader[K, V]) Get(ctx context.Context, key K) (V, error) {
 // load calls the store through singleflight and waits for the result or
 // ctx, whichever comes first.
 func (l *Loader[K, V]) load(ctx context.Context, key K) (V, error) {
-	ch := l.sf.DoChan(l.codec.str(key), func() (any, error) {
+	call := func() (any, error) {
 		// The shared call must not die with the first caller's ctx: run it
 		// under the ctx's values only, with a deadline of its own.
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.loadTimeout)
 		defer cancel()
 		l.storeCalls.Inc()
 		return l.lookup(lctx, key)
-	})
+	}
+	if ctx.Done() == nil {
+		// A ctx that is never done needs no select: wait in this goroutine
+		// and save DoChan's goroutine and channel.
+		r, err, _ := l.sf.Do(l.codec.str(key), call)
+		val, _ := r.(V)
+		return val, err
+	}
+	ch := l.sf.DoChan(l.codec.str(key), call)
 	select {
 	case <-ctx.Done():
 		var zero V
