@@ -181,10 +181,21 @@ func (l *Loader[K, V]) Ready() bool {
 // MayContain reports whether Get might find key in the store: false only
 // when the Loader is ready and the guard knows the key is absent. It does
 // not call the store and does not allocate for string and integer keys.
+// Like Get, it counts a false answer as a lookup avoided and a true answer
+// while not ready (or for a saturated shard) as one passed through, so
+// that HTTP middleware built on it shows up in [Loader.Stats].
 func (l *Loader[K, V]) MayContain(key K) bool {
 	v := l.cur.Load()
 	h := l.codec.hash(v.g, key)
-	return !l.ready.Load() || v.passes(h) || v.g.ContainsHash(h)
+	if !l.ready.Load() || v.passes(h) {
+		l.passed.Inc()
+		return true
+	}
+	if !v.g.ContainsHash(h) {
+		l.avoided.Inc()
+		return false
+	}
+	return true
 }
 
 // Get returns the value of key. If the Loader is ready and the guard knows

@@ -1,0 +1,244 @@
+package middleware
+
+import (
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+
+	"github.com/puzpuzpuz/xsync/v3"
+
+	"github.com/cuckooguard/cuckooguard/guard"
+)
+
+// Filter reports whether a key may exist. [guard.Loader] implements it
+// (and answers true while it is warming up); [GuardFilter] adapts a bare
+// [guard.Guard].
+type Filter[K comparable] interface {
+	MayContain(key K) bool
+}
+
+// GuardFilter returns a Filter of string keys backed by g.ContainsString.
+// A bare Guard has no warm-up: use it only once it holds every key.
+func GuardFilter(g *guard.Guard) Filter[string] {
+	return guardFilter{g}
+}
+
+type guardFilter struct{ g *guard.Guard }
+
+func (f guardFilter) MayContain(key string) bool { return f.g.ContainsString(key) }
+
+// KeyFunc extracts a key from a request and reports whether the request
+// has a well-formed one. It must not modify the request.
+type KeyFunc[K comparable] func(r *http.Request) (K, bool)
+
+// PathValue extracts the wildcard name of the request's ServeMux pattern
+// (Go 1.22 patterns, as in "GET /users/{id}"); an empty value is missing.
+func PathValue(name string) KeyFunc[string] {
+	return func(r *http.Request) (string, bool) {
+		v := r.PathValue(name)
+		return v, v != ""
+	}
+}
+
+// Query extracts the first value of query parameter name; an absent or
+// empty parameter is missing.
+func Query(name string) KeyFunc[string] {
+	return func(r *http.Request) (string, bool) {
+		v := r.URL.Query().Get(name)
+		return v, v != ""
+	}
+}
+
+// Header extracts the first value of header name; an absent or empty
+// header is missing.
+func Header(name string) KeyFunc[string] {
+	name = http.CanonicalHeaderKey(name)
+	return func(r *http.Request) (string, bool) {
+		v := r.Header.Get(name)
+		return v, v != ""
+	}
+}
+
+// Int64 parses the string key of k as a base-10 int64; a key that does not
+// parse is malformed.
+func Int64(k KeyFunc[string]) KeyFunc[int64] {
+	return func(r *http.Request) (int64, bool) {
+		s, ok := k(r)
+		if !ok {
+			return 0, false
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		return n, err == nil
+	}
+}
+
+// Option configures a Middleware made by [New].
+type Option func(*config)
+
+type config struct {
+	methods []string
+	reject  http.Handler
+	missing http.Handler
+}
+
+// WithMethods sets the request methods that are filtered; requests with
+// other methods always pass. The default is GET and HEAD.
+func WithMethods(methods ...string) Option {
+	return func(c *config) { c.methods = methods }
+}
+
+// WithRejectHandler sets the handler that answers requests whose key is
+// absent. The default writes 404 Not Found with the problem+json body
+// {"type":"about:blank","title":"Not Found","status":404}.
+func WithRejectHandler(h http.Handler) Option {
+	return func(c *config) { c.reject = h }
+}
+
+// WithMissingKeyHandler sets the handler for filtered requests without a
+// well-formed key. By default they pass to the next handler, which knows
+// best what to say about a malformed id.
+func WithMissingKeyHandler(h http.Handler) Option {
+	return func(c *config) { c.missing = h }
+}
+
+// Middleware rejects requests for keys a Filter knows are absent. It is
+// safe for concurrent use by multiple goroutines.
+type Middleware[K comparable] struct {
+	filter  Filter[K]
+	key     KeyFunc[K]
+	methods []string
+	reject  http.Handler
+	missing http.Handler
+
+	rejected, passed, missingKey, unfiltered, falsePos *xsync.Counter
+}
+
+// New returns a Middleware that asks f about the key that key extracts.
+func New[K comparable](f Filter[K], key KeyFunc[K], opts ...Option) (*Middleware[K], error) {
+	if f == nil || key == nil {
+		return nil, errors.New("middleware: New needs a filter and a key function")
+	}
+	c := config{methods: []string{http.MethodGet, http.MethodHead}, reject: http.HandlerFunc(notFound)}
+	for _, o := range opts {
+		o(&c)
+	}
+	if len(c.methods) == 0 {
+		return nil, errors.New("middleware: no methods to filter")
+	}
+	if c.reject == nil {
+		return nil, errors.New("middleware: nil reject handler")
+	}
+	return &Middleware[K]{
+		filter: f, key: key, methods: c.methods, reject: c.reject, missing: c.missing,
+		rejected: xsync.NewCounter(), passed: xsync.NewCounter(), missingKey: xsync.NewCounter(),
+		unfiltered: xsync.NewCounter(), falsePos: xsync.NewCounter(),
+	}, nil
+}
+
+// Wrap returns next guarded by the middleware.
+func (m *Middleware[K]) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !slices.Contains(m.methods, r.Method) {
+			m.unfiltered.Inc()
+			next.ServeHTTP(w, r)
+			return
+		}
+		k, ok := m.key(r)
+		if !ok {
+			m.missingKey.Inc()
+			if m.missing != nil {
+				m.missing.ServeHTTP(w, r)
+				return
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
+		if !m.filter.MayContain(k) {
+			m.rejected.Inc()
+			m.reject.ServeHTTP(w, r)
+			return
+		}
+		m.passed.Inc()
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		if sw.status == http.StatusNotFound {
+			m.falsePos.Inc()
+		}
+	})
+}
+
+// Handler is Wrap as a func(http.Handler) http.Handler, for middleware
+// chains.
+func (m *Middleware[K]) Handler() func(http.Handler) http.Handler {
+	return m.Wrap
+}
+
+// Stats counts what the middleware did. The counters are read one by one.
+type Stats struct {
+	Rejected       uint64 // answered 404 without the next handler
+	Passed         uint64 // the key may exist: passed to the next handler
+	MissingKey     uint64 // no well-formed key: passed or sent to the missing-key handler
+	Unfiltered     uint64 // method not filtered: passed
+	FalsePositives uint64 // passed, and the next handler answered 404
+}
+
+// Stats returns the middleware's counters.
+func (m *Middleware[K]) Stats() Stats {
+	return Stats{
+		Rejected:       uint64(m.rejected.Value()),
+		Passed:         uint64(m.passed.Value()),
+		MissingKey:     uint64(m.missingKey.Value()),
+		Unfiltered:     uint64(m.unfiltered.Value()),
+		FalsePositives: uint64(m.falsePos.Value()),
+	}
+}
+
+// problemBody is the RFC 9457 body of the default rejection.
+var problemBody = []byte(`{"type":"about:blank","title":"Not Found","status":404}` + "\n")
+
+// Header values shared by every rejection, so that writing them does not
+// allocate; nothing appends to them.
+var (
+	problemType  = []string{"application/problem+json"}
+	noSniff      = []string{"nosniff"}
+	problemBytes = []string{strconv.Itoa(len(problemBody))}
+)
+
+// notFound writes the default rejection: 404 with a problem+json body (no
+// body for HEAD).
+func notFound(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h["Content-Type"] = problemType
+	h["X-Content-Type-Options"] = noSniff
+	h["Content-Length"] = problemBytes
+	w.WriteHeader(http.StatusNotFound)
+	if r.Method != http.MethodHead {
+		w.Write(problemBody)
+	}
+}
+
+// statusWriter records the status the next handler writes.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter {
+	return w.ResponseWriter
+}
