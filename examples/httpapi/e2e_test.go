@@ -1,0 +1,175 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// startApp serves a fresh app over loopback and returns its base URL.
+func startApp(t *testing.T, rows int64) (*app, string) {
+	t.Helper()
+	ctx := context.Background()
+	a, err := newApp(ctx, filepath.Join(t.TempDir(), "users.db"), rows, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.serve(ln) }()
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := a.shutdown(sctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return a, "http://" + ln.Addr().String()
+}
+
+type client struct {
+	t    *testing.T
+	base string
+	c    *http.Client
+}
+
+func (c client) do(method, path string, body any) (int, []byte) {
+	var r io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, c.base+path, r)
+	if err != nil {
+		c.t.Error(err)
+		return 0, nil
+	}
+	resp, err := c.c.Do(req)
+	if err != nil {
+		c.t.Error(err)
+		return 0, nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+func TestEndToEnd(t *testing.T) {
+	const rows = 2000
+	a, base := startApp(t, rows)
+	tr := &http.Transport{MaxIdleConnsPerHost: 16}
+	defer tr.CloseIdleConnections()
+	c := client{t: t, base: base, c: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+
+	// Before the warm-up every lookup reaches the database.
+	if code, _ := c.do("GET", "/users/999999", nil); code != 404 {
+		t.Fatalf("GET unknown before warm-up = %d", code)
+	}
+	if a.db.Lookups.Load() != 1 {
+		t.Fatalf("%d queries for one unknown id before warm-up, want 1", a.db.Lookups.Load())
+	}
+	if err := a.warmUp(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if code, b := c.do("GET", "/users/7", nil); code != 200 || !bytes.Contains(b, []byte(`"name":"user 7"`)) {
+		t.Fatalf("GET /users/7 = %d %s", code, b)
+	}
+
+	// Create, read, delete and read unknown ids from several goroutines.
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 1))
+			for i := range 40 {
+				id := 1_000_000 + w*1000 + i
+				path := fmt.Sprintf("/users/%d", id)
+				if code, b := c.do("POST", "/users", map[string]string{"id": fmt.Sprint(id), "name": "n"}); code != 201 {
+					t.Errorf("POST %d = %d %s", id, code, b)
+					return
+				}
+				if code, _ := c.do("GET", path, nil); code != 200 {
+					t.Errorf("GET %s right after POST = %d, want 200", path, code)
+					return
+				}
+				if r.IntN(2) == 0 {
+					if code, _ := c.do("DELETE", path, nil); code != 204 {
+						t.Errorf("DELETE %s = %d", path, code)
+					}
+					if code, _ := c.do("GET", path, nil); code != 404 {
+						t.Errorf("GET %s after DELETE = %d, want 404", path, code)
+					}
+					if code, _ := c.do("DELETE", path, nil); code != 404 {
+						t.Errorf("second DELETE %s = %d, want 404", path, code)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	// Unknown ids cost no query, except the guard's rare false positives.
+	before, fpBefore := a.db.Lookups.Load(), a.loader.Stats().FalsePositives
+	const unknown = 5000
+	for w := range 5 {
+		wg.Go(func() {
+			for i := range unknown / 5 {
+				if code, _ := c.do("GET", fmt.Sprintf("/users/%d", 50_000_000+w*unknown+i), nil); code != 404 {
+					t.Errorf("GET unknown = %d", code)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	queries := a.db.Lookups.Load() - before
+	fps := a.loader.Stats().FalsePositives - fpBefore
+	t.Logf("%d unknown ids: %d database queries, %d false positives", unknown, queries, fps)
+	if queries != int64(fps) || fps > unknown/100 {
+		t.Fatalf("%d queries for %d unknown ids with %d false positives", queries, unknown, fps)
+	}
+
+	// Bad input and the expvar object.
+	if code, _ := c.do("GET", "/users/abc", nil); code != 400 {
+		t.Fatalf("GET /users/abc = %d, want 400", code)
+	}
+	if code, _ := c.do("POST", "/users", map[string]string{"id": "7", "name": "dup"}); code != 409 {
+		t.Fatalf("POST of an existing id = %d, want 409", code)
+	}
+	code, b := c.do("GET", "/debug/vars", nil)
+	var vars struct {
+		G map[string]any `json:"cuckooguard"`
+	}
+	if err := json.Unmarshal(b, &vars); code != 200 || err != nil {
+		t.Fatalf("GET /debug/vars = %d, %v", code, err)
+	}
+	for _, k := range []string{"rejected", "store_calls", "false_positives", "items", "ready"} {
+		if _, ok := vars.G[k]; !ok {
+			t.Errorf("/debug/vars cuckooguard has no %q: %v", k, vars.G)
+		}
+	}
+	if vars.G["ready"] != true || vars.G["rejected"].(float64) < unknown-float64(fps) {
+		t.Errorf("/debug/vars cuckooguard = %v", vars.G)
+	}
+}
