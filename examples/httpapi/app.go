@@ -220,4 +220,3 @@ func problem(w http.ResponseWriter, status int, detail string) {
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(body)
 }
-
