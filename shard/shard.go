@@ -79,51 +79,50 @@ func (s *Shard) Init(log2Buckets int, seed uint64) error {
 //
 // Contains takes no lock and does not allocate.
 func (s *Shard) Contains(f uint8, v uint64) bool {
-	// The first attempt is kept small enough to stay one function.
+	// The fast path reads the current table's two buckets and nothing
+	// else; the stash, a migration in progress and a retry after a
+	// concurrent move go to containsSlow. Lookups that miss the cache are
+	// bound by how many the CPU overlaps, so instructions here count.
 	seq := s.seq.Load()
 	t := s.tab.Load()
-	if t.next.Load() != nil {
-		return s.containsRetry(f, v, false) // migrating: resolve through the cursor
-	}
 	b1, s1, b2, s2 := t.candidates(f, v, alt(f))
 	// Both buckets are loaded and matched before one branch: the loads
-	// overlap, and a hit in either bucket costs no misprediction. (This is
-	// t.contains, written out so that the whole first attempt is one
-	// function.)
-	x1 := atomic.LoadUint64(&t.buckets[b1]) ^ s1*lanesLow
-	x2 := atomic.LoadUint64(&t.buckets[b2]) ^ s2*lanesLow
-	if zeroLanes(x1)|zeroLanes(x2) != 0 ||
-		t.stashN.Load() != 0 && t.stashContains(b1, s1, b2, s2) {
-		return true // a match is never wrong, whatever writers are doing
+	// overlap, and a hit in either bucket costs no misprediction. A hit
+	// is never wrong, whatever writers are doing (a table being split
+	// still holds every item it held).
+	x1 := t.load(b1) ^ s1*lanesLow
+	x2 := t.load(b2) ^ s2*lanesLow
+	if zeroLanes(x1)|zeroLanes(x2) != 0 {
+		return true
 	}
 	// A miss is trusted only if no fingerprint moved while we read:
 	// otherwise we might have read bucket b1 before the item moved into it
 	// and b2 after it left.
-	if seq&1 == 0 && s.seq.Load() == seq {
+	if seq&1 == 0 && t.stashN.Load() == 0 && t.next.Load() == nil && s.seq.Load() == seq {
 		return false
 	}
-	return s.containsRetry(f, v, true)
+	return s.containsSlow(f, v, seq)
 }
 
-// containsRetry is Contains for a shard that is migrating, or after a miss
-// that overlapped a writer's move (retried is then true).
-func (s *Shard) containsRetry(f uint8, v uint64, retried bool) bool {
+// containsSlow is Contains for a shard with a stash or a doubling in
+// progress, or after a miss that overlapped a writer's move. seq is the
+// sequence the fast path read before its reads.
+func (s *Shard) containsSlow(f uint8, v uint64, seq uint64) bool {
 	g := alt(f)
 	for try := 0; ; try++ {
-		if retried {
+		if try > 0 {
 			s.retries.Add(1)
+			if try >= 16 {
+				runtime.Gosched() // let the writer finish its walk or chunk
+			}
+			seq = s.seq.Load()
 		}
-		if try >= 16 {
-			runtime.Gosched() // let the writer finish its walk or chunk
-		}
-		seq := s.seq.Load()
 		if s.tab.Load().lookup(f, v, g) {
 			return true
 		}
 		if seq&1 == 0 && s.seq.Load() == seq {
 			return false
 		}
-		retried = true
 	}
 }
 
