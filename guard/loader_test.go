@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -487,5 +488,79 @@ func TestLoaderRebuildDuringFill(t *testing.T) {
 			t.Fatalf("round %d: no rebuild", round)
 		}
 		l.Close()
+	}
+}
+
+// TestLoaderCatchUpAfterRestore restores a guard from a snapshot, checks
+// that the Loader passes everything through until CatchUp, and that after
+// applying the changes made since the snapshot it answers correctly.
+func TestLoaderCatchUpAfterRestore(t *testing.T) {
+	ctx := context.Background()
+	s := newMemStore[int]()
+	g := mustNew(t, WithSeed(5))
+	for i := range 1000 {
+		s.put(i, "r")
+		if err := g.AddHash(hashUint64(g, uint64(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var snap bytes.Buffer
+	if _, err := g.WriteTo(&snap); err != nil {
+		t.Fatal(err)
+	}
+	// Changes after the snapshot: rows 1000..1099 created, 0..49 deleted.
+	var changes []Change[int]
+	for i := 1000; i < 1100; i++ {
+		s.put(i, "r")
+		changes = append(changes, Change[int]{Key: i})
+	}
+	for i := range 50 {
+		s.del(i)
+		changes = append(changes, Change[int]{Key: i, Deleted: true})
+	}
+	r, err := Restore(&snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := NewLoader(r, s.lookup, WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	// Not caught up: a row created after the snapshot is still found.
+	if _, err := l.Get(ctx, 1050); err != nil {
+		t.Fatalf("Get(1050) before CatchUp = %v", err)
+	}
+	if l.Ready() {
+		t.Fatal("a Loader over a restored guard is ready before CatchUp")
+	}
+	if err := l.CatchUp(ctx, seqOf(changes)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 50; i < 1100; i++ {
+		if _, err := l.Get(ctx, i); err != nil {
+			t.Fatalf("Get(%d) after CatchUp = %v", i, err)
+		}
+	}
+	if n := l.Guard().Len(); n != 1050 {
+		t.Fatalf("guard holds %d keys after CatchUp, want 1050", n)
+	}
+	s.calls.Store(0)
+	for i := 2000; i < 3000; i++ {
+		l.Get(ctx, i)
+	}
+	if st := l.Stats(); s.calls.Load() != int64(st.FalsePositives) {
+		t.Fatalf("%d store calls for absent keys, %d false positives", s.calls.Load(), st.FalsePositives)
+	}
+}
+
+// seqOf yields the elements of xs with no error.
+func seqOf[T any](xs []T) iter.Seq2[T, error] {
+	return func(yield func(T, error) bool) {
+		for _, x := range xs {
+			if !yield(x, nil) {
+				return
+			}
+		}
 	}
 }
