@@ -1,0 +1,271 @@
+package bench
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// sizes are the filter sizes compared; each n is a power of two, so that
+// keys are indexed with i&(n-1). -short keeps the smallest only.
+var sizes = []struct {
+	name string
+	n    int
+}{
+	{"1M", 1 << 20},
+	{"16M", 1 << 24},
+}
+
+// fprSamples is how many absent keys a filter's false-positive rate is
+// measured on.
+const fprSamples = 1_000_000
+
+// sink keeps benchmark results alive.
+var sink int
+
+var (
+	keysMu  sync.Mutex
+	keysByN = map[int]*Keys{}
+)
+
+// keysFor returns the key set of n, made once per process.
+func keysFor(n int) *Keys {
+	keysMu.Lock()
+	defer keysMu.Unlock()
+	k, ok := keysByN[n]
+	if !ok {
+		k = NewKeys(n)
+		keysByN[n] = k
+	}
+	return k
+}
+
+// built is a filter holding the n present keys, made once per process and
+// shared by the benchmarks of one filter and size. Benchmarks that change
+// it put back the keys they took out before returning.
+type built struct {
+	f    Filter
+	bits float64 // bits/item, measured holding n keys
+	fpr  float64 // measured on fprSamples absent keys
+
+	// Where BenchmarkRemove goes on with the next call.
+	removeAt int
+}
+
+var (
+	builtMu sync.Mutex
+	builtBy = map[string]*built{}
+)
+
+// prebuilt returns the filter of im filled with the n present keys. It
+// fails b if the filter refuses a key or then misses one.
+func prebuilt(b *testing.B, im Impl, n int) *built {
+	b.Helper()
+	builtMu.Lock()
+	defer builtMu.Unlock()
+	id := fmt.Sprintf("%s/%d", im.Name, n)
+	if p, ok := builtBy[id]; ok {
+		return p
+	}
+	keys := keysFor(n)
+	f := im.New(n)
+	if err := Fill(f, keys); err != nil {
+		b.Fatalf("%s n=%d: %v", im.Name, n, err)
+	}
+	if miss := FalseNegatives(f, keys); miss > 0 {
+		b.Fatalf("%s n=%d: %d false negatives of %d keys", im.Name, n, miss, n)
+	}
+	p := &built{f: f, bits: im.BitsPerItem(f, n), fpr: MeasureFPR(f, keys, fprSamples)}
+	builtBy[id] = p
+	return p
+}
+
+// report adds the filter's memory and false-positive rate to b's results.
+func report(b *testing.B, p *built) {
+	b.ReportMetric(p.bits, "bits/item")
+	b.ReportMetric(p.fpr, "fpr")
+}
+
+// eachFilter runs bench as sub-benchmarks n=…/filter=….
+func eachFilter(b *testing.B, bench func(b *testing.B, im Impl, n int)) {
+	for _, sz := range sizes {
+		if testing.Short() && sz.n > 1<<20 {
+			continue
+		}
+		b.Run("n="+sz.name, func(b *testing.B) {
+			for _, im := range Impls {
+				b.Run("filter="+im.Name, func(b *testing.B) { bench(b, im, sz.n) })
+			}
+		})
+	}
+}
+
+// BenchmarkContains measures serial lookups in a filter holding n keys:
+// hit=0% looks up absent keys, hit=100% present ones.
+func BenchmarkContains(b *testing.B) {
+	eachFilter(b, func(b *testing.B, im Impl, n int) {
+		for _, hit := range []int{0, 100} {
+			b.Run(fmt.Sprintf("hit=%d%%", hit), func(b *testing.B) {
+				keys := keysFor(n)
+				p := prebuilt(b, im, n)
+				f, mask := p.f, keys.N-1
+				set := keys.absent
+				if hit == 100 {
+					set = keys.present
+				}
+				b.ReportAllocs()
+				found, ops := 0, 0
+				for b.Loop() {
+					j := (ops & mask) * KeySize
+					if f.Contains(set[j : j+KeySize : j+KeySize]) {
+						found++
+					}
+					ops++
+				}
+				sink = found
+				if hit == 100 && found != ops {
+					b.Fatalf("%d false negatives in %d lookups", ops-found, ops)
+				}
+				report(b, p)
+			})
+		}
+	})
+}
+
+// addChunk is the grain at which BenchmarkAdd spreads its timed inserts
+// over a fill.
+const addChunk = 1 << 10
+
+// BenchmarkAdd measures serial inserts into a filter sized for n, from
+// empty to n keys. Each fill starts from a new filter made with the timer
+// stopped. A fill of which fewer than n inserts are left to time (b.N < n,
+// or the last part of b.N) times that many inserts spread evenly over the
+// whole fill, the others being done with the timer stopped, so that ns/op
+// is always the average over loads from 0 to n, whatever b.N is.
+func BenchmarkAdd(b *testing.B) {
+	eachFilter(b, func(b *testing.B, im Impl, n int) {
+		keys := keysFor(n)
+		p := prebuilt(b, im, n)
+		refused := 0
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.StopTimer()
+		for done := 0; done < b.N; {
+			f := im.New(n)
+			r := min(b.N-done, n) // inserts of this fill to time
+			if r == n {
+				b.StartTimer()
+				for j := range n {
+					if !f.Add(keys.Present(j)) {
+						refused++
+					}
+				}
+				b.StopTimer()
+			} else {
+				// Chunk c times the first timedBy(c+1)-timedBy(c) of its
+				// inserts, with timedBy(c) = c·addChunk·r/n.
+				for c := 0; c < n/addChunk; c++ {
+					lo := c * addChunk
+					t := (lo+addChunk)*r/n - lo*r/n
+					if t > 0 {
+						b.StartTimer()
+						for j := lo; j < lo+t; j++ {
+							if !f.Add(keys.Present(j)) {
+								refused++
+							}
+						}
+						b.StopTimer()
+					}
+					for j := lo + t; j < lo+addChunk; j++ {
+						if !f.Add(keys.Present(j)) {
+							refused++
+						}
+					}
+				}
+			}
+			done += r
+		}
+		if refused > 0 {
+			b.Fatalf("%d adds refused", refused)
+		}
+		report(b, p)
+	})
+}
+
+// removeBatch is how many keys BenchmarkRemove removes between two
+// re-adds with the timer stopped.
+const removeBatch = 1 << 14
+
+// BenchmarkRemove measures serial removes of present keys from a filter
+// holding n keys: it removes a batch of keys, adds them back with the
+// timer stopped, and goes on with the next batch, so the filter stays
+// within removeBatch keys of n.
+func BenchmarkRemove(b *testing.B) {
+	eachFilter(b, func(b *testing.B, im Impl, n int) {
+		if !im.CanRemove {
+			b.Skipf("%s cannot remove", im.Name)
+		}
+		keys := keysFor(n)
+		p := prebuilt(b, im, n)
+		f, mask := p.f, n-1
+		misses, refused := 0, 0
+		b.ReportAllocs()
+		b.ResetTimer()
+		for done := 0; done < b.N; {
+			m := min(removeBatch, b.N-done)
+			for t := range m {
+				if !f.Remove(keys.Present((p.removeAt + t) & mask)) {
+					misses++
+				}
+			}
+			b.StopTimer()
+			for t := range m {
+				if !f.Add(keys.Present((p.removeAt + t) & mask)) {
+					refused++
+				}
+			}
+			p.removeAt = (p.removeAt + m) & mask
+			done += m
+			b.StartTimer()
+		}
+		b.StopTimer()
+		if misses > 0 || refused > 0 {
+			b.Fatalf("%d removes of present keys found nothing, %d re-adds refused", misses, refused)
+		}
+		report(b, p)
+	})
+}
+
+// BenchmarkMixParallel runs the mix of MixWorker on b.RunParallel: 95 %
+// lookups (half present, half absent keys) and 5 % writes that add fresh
+// keys and remove them again 64 writes later. The guard is used as it is;
+// every peer sits behind a sync.RWMutex. Bloom cannot remove: its writes
+// are all adds, on a copy of the prebuilt filter made for each call. Run
+// with -cpu=1,2 for the scaling.
+func BenchmarkMixParallel(b *testing.B) {
+	eachFilter(b, func(b *testing.B, im Impl, n int) {
+		keys := keysFor(n)
+		p := prebuilt(b, im, n)
+		f := p.f
+		if !im.CanRemove {
+			f = bloomFilter{f.(bloomFilter).f.Copy()}
+		}
+		if !im.Concurrent {
+			f = NewLocked(f)
+		}
+		var ids atomic.Uint64
+		var res MixResult
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			MixWorker(f, keys, ids.Add(1), im.CanRemove, pb, &res)
+		})
+		b.StopTimer()
+		sink = int(res.Hits.Load())
+		if fn, rf, rm := res.FalseNegatives.Load(), res.Refused.Load(), res.RemoveMisses.Load(); fn+rf+rm > 0 {
+			b.Fatalf("%d false negatives, %d adds refused, %d removes missed", fn, rf, rm)
+		}
+		report(b, p)
+	})
+}

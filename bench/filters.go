@@ -1,0 +1,294 @@
+// Package bench compares the guard with peer approximate-membership filters
+// on the same keys in the same run. The package holds the filter adapters
+// and the key sets; the benchmarks are in compare_test.go.
+//
+// Every filter is used through the [Filter] interface, so every one pays
+// the same interface call per operation.
+package bench
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+
+	bloom "github.com/bits-and-blooms/bloom/v3"
+	linvon "github.com/linvon/cuckoo-filter"
+	panmari "github.com/panmari/cuckoofilter"
+	seiflotfy "github.com/seiflotfy/cuckoofilter"
+
+	"github.com/cuckooguard/cuckooguard/guard"
+)
+
+// KeySize is the length in bytes of every benchmark key.
+const KeySize = 16
+
+// TargetFPR is the false-positive rate the Bloom filter is sized for: about
+// the guard's (8·α/2^16 ≈ 1.1e-4 at load 0.9).
+const TargetFPR = 1e-4
+
+// Filter is the common face of the compared filters.
+type Filter interface {
+	// Add adds key and reports whether the filter accepted it.
+	Add(key []byte) bool
+	// Contains reports whether key might be present.
+	Contains(key []byte) bool
+	// Remove removes one copy of key and reports whether it was found.
+	// It panics for a filter that cannot delete (see [Impl.CanRemove]).
+	Remove(key []byte) bool
+}
+
+// Impl describes one compared filter.
+type Impl struct {
+	// Name is the value of the filter=… sub-benchmark key.
+	Name string
+	// New returns an empty filter sized for n keys.
+	New func(n int) Filter
+	// BitsPerItem returns the memory of f, in bits, divided by n.
+	BitsPerItem func(f Filter, n int) float64
+	// CanRemove is false for filters without delete (Bloom).
+	CanRemove bool
+	// Concurrent is true for filters safe for concurrent use as they are;
+	// the others get a sync.RWMutex in the parallel benchmarks.
+	Concurrent bool
+}
+
+// Impls lists the compared filters, ours first.
+//
+// Sizing and memory of each:
+//
+//   - guard: guard.New(WithCapacity(n), WithSeed(1)). Memory is
+//     Stats().Bytes (the guard, its shards and their tables), reported as
+//     Stats().BitsPerItem with n items.
+//   - seiflotfy (8-bit fingerprints, 4 per bucket): NewFilter(c) allocates
+//     nextPow2(c)/4 buckets of 4 bytes, i.e. nextPow2(c) slots: at c = n
+//     (a power of two) the table would have to be 100 % full, and its
+//     inserts fail (a failed insert drops a fingerprint: false negatives).
+//     So it is given c = n/DefaultLoadFactor (0.9), the library's own load
+//     factor, which gives 2n slots. Memory is the table, len(Encode())
+//     bytes (Encode writes one byte per slot).
+//   - panmari (16-bit fingerprints, 4 per bucket): NewFilter(n) allocates
+//     nextPow2(n/4) buckets, doubled when n would fill them past 96 %, of 8
+//     bytes each. Memory is slots × 2 bytes, with slots = Count()/LoadFactor()
+//     (both public; LoadFactor is Count / (buckets × 4)).
+//   - linvon: NewFilter(4, 16, n, TableTypeSingle): 4 tags per bucket, 16-bit
+//     tags, unpacked table, sized for n by the library (power-of-two buckets,
+//     doubled past 96 % load). Memory is SizeInBytes(), the table's bytes.
+//   - bloom: NewWithEstimates(n, TargetFPR), m bits and k hashes from the
+//     textbook formulas. Memory is Cap() = m bits (the bitset rounds m up to
+//     64 bits).
+//
+// The fixed struct headers of the peers (a few words each) are not counted.
+var Impls = []Impl{
+	{
+		Name: "guard",
+		New: func(n int) Filter {
+			g, err := guard.New(guard.WithCapacity(n), guard.WithSeed(1))
+			if err != nil {
+				panic(err)
+			}
+			return guardFilter{g}
+		},
+		BitsPerItem: func(f Filter, n int) float64 {
+			// Stats().BitsPerItem is 8·Stats().Bytes / Items; the filter
+			// is measured holding n keys, so Items = n.
+			_ = n
+			return f.(guardFilter).g.Stats().BitsPerItem
+		},
+		CanRemove:  true,
+		Concurrent: true,
+	},
+	{
+		Name: "seiflotfy",
+		New: func(n int) Filter {
+			return seiflotfyFilter{seiflotfy.NewFilter(uint(float64(n) / seiflotfy.DefaultLoadFactor))}
+		},
+		BitsPerItem: func(f Filter, n int) float64 {
+			return 8 * float64(len(f.(seiflotfyFilter).f.Encode())) / float64(n)
+		},
+		CanRemove: true,
+	},
+	{
+		Name: "panmari",
+		New: func(n int) Filter {
+			return panmariFilter{panmari.NewFilter(uint(n))}
+		},
+		BitsPerItem: func(f Filter, n int) float64 {
+			p := f.(panmariFilter).f
+			slots := float64(p.Count()) / p.LoadFactor()
+			return 16 * slots / float64(n)
+		},
+		CanRemove: true,
+	},
+	{
+		Name: "linvon",
+		New: func(n int) Filter {
+			return linvonFilter{linvon.NewFilter(4, 16, uint(n), linvon.TableTypeSingle)}
+		},
+		BitsPerItem: func(f Filter, n int) float64 {
+			return 8 * float64(f.(linvonFilter).f.SizeInBytes()) / float64(n)
+		},
+		CanRemove: true,
+	},
+	{
+		Name: "bloom",
+		New: func(n int) Filter {
+			return bloomFilter{bloom.NewWithEstimates(uint(n), TargetFPR)}
+		},
+		BitsPerItem: func(f Filter, n int) float64 {
+			return float64(f.(bloomFilter).f.Cap()) / float64(n)
+		},
+	},
+}
+
+type guardFilter struct{ g *guard.Guard }
+
+func (f guardFilter) Add(k []byte) bool      { return f.g.Add(k) == nil }
+func (f guardFilter) Contains(k []byte) bool { return f.g.Contains(k) }
+func (f guardFilter) Remove(k []byte) bool   { return f.g.Remove(k) }
+
+type seiflotfyFilter struct{ f *seiflotfy.Filter }
+
+func (f seiflotfyFilter) Add(k []byte) bool      { return f.f.Insert(k) }
+func (f seiflotfyFilter) Contains(k []byte) bool { return f.f.Lookup(k) }
+func (f seiflotfyFilter) Remove(k []byte) bool   { return f.f.Delete(k) }
+
+type panmariFilter struct{ f *panmari.Filter }
+
+func (f panmariFilter) Add(k []byte) bool      { return f.f.Insert(k) }
+func (f panmariFilter) Contains(k []byte) bool { return f.f.Lookup(k) }
+func (f panmariFilter) Remove(k []byte) bool   { return f.f.Delete(k) }
+
+type linvonFilter struct{ f *linvon.Filter }
+
+func (f linvonFilter) Add(k []byte) bool      { return f.f.Add(k) }
+func (f linvonFilter) Contains(k []byte) bool { return f.f.Contain(k) }
+func (f linvonFilter) Remove(k []byte) bool   { return f.f.Delete(k) }
+
+type bloomFilter struct{ f *bloom.BloomFilter }
+
+func (f bloomFilter) Add(k []byte) bool      { f.f.Add(k); return true }
+func (f bloomFilter) Contains(k []byte) bool { return f.f.Test(k) }
+func (f bloomFilter) Remove([]byte) bool     { panic("bloom: cannot remove") }
+
+// Locked wraps a filter that is not safe for concurrent use: lookups take
+// the read lock, adds and removes the write lock.
+type Locked struct {
+	mu sync.RWMutex
+	f  Filter
+}
+
+// NewLocked returns f behind a sync.RWMutex.
+func NewLocked(f Filter) *Locked { return &Locked{f: f} }
+
+// Add adds key under the write lock.
+func (l *Locked) Add(k []byte) bool {
+	l.mu.Lock()
+	ok := l.f.Add(k)
+	l.mu.Unlock()
+	return ok
+}
+
+// Contains looks key up under the read lock.
+func (l *Locked) Contains(k []byte) bool {
+	l.mu.RLock()
+	ok := l.f.Contains(k)
+	l.mu.RUnlock()
+	return ok
+}
+
+// Remove removes key under the write lock.
+func (l *Locked) Remove(k []byte) bool {
+	l.mu.Lock()
+	ok := l.f.Remove(k)
+	l.mu.Unlock()
+	return ok
+}
+
+// Key domains: the counters that keys are made from. Present, absent and
+// fresh keys never share a counter, so they never share a key.
+const (
+	presentBase = 0
+	absentBase  = 1 << 40
+	// FreshBase is where the counters of keys made during a benchmark
+	// (added, then removed) start.
+	FreshBase = 1 << 41
+)
+
+// mix is the SplitMix64 finalizer, a bijection of uint64.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// PutKey writes the 16-byte key of counter c into dst[:KeySize]. Its first
+// 8 bytes are a bijection of c, so distinct counters give distinct keys.
+func PutKey(dst []byte, c uint64) {
+	binary.LittleEndian.PutUint64(dst[0:8], mix(c))
+	binary.LittleEndian.PutUint64(dst[8:16], mix(c^0x9e3779b97f4a7c15))
+}
+
+// Keys holds n present keys (to be added) and n absent keys (never added),
+// each packed KeySize bytes apart in one slice.
+type Keys struct {
+	N       int
+	present []byte
+	absent  []byte
+}
+
+// Present returns present key i, 0 ≤ i < N.
+func (k *Keys) Present(i int) []byte {
+	return k.present[i*KeySize : i*KeySize+KeySize : i*KeySize+KeySize]
+}
+
+// Absent returns absent key i, 0 ≤ i < N.
+func (k *Keys) Absent(i int) []byte {
+	return k.absent[i*KeySize : i*KeySize+KeySize : i*KeySize+KeySize]
+}
+
+// NewKeys makes the key set for n.
+func NewKeys(n int) *Keys {
+	k := &Keys{N: n, present: make([]byte, n*KeySize), absent: make([]byte, n*KeySize)}
+	for i := range n {
+		PutKey(k.present[i*KeySize:], presentBase+uint64(i))
+		PutKey(k.absent[i*KeySize:], absentBase+uint64(i))
+	}
+	return k
+}
+
+// Fill adds keys' present keys to f, and returns an error if one is refused.
+func Fill(f Filter, keys *Keys) error {
+	for i := range keys.N {
+		if !f.Add(keys.Present(i)) {
+			return fmt.Errorf("add of present key %d of %d refused", i, keys.N)
+		}
+	}
+	return nil
+}
+
+// FalseNegatives returns how many of keys' present keys f reports absent.
+func FalseNegatives(f Filter, keys *Keys) int {
+	miss := 0
+	for i := range keys.N {
+		if !f.Contains(keys.Present(i)) {
+			miss++
+		}
+	}
+	return miss
+}
+
+// MeasureFPR returns the fraction of the first min(m, keys.N) absent keys
+// that f reports present.
+func MeasureFPR(f Filter, keys *Keys, m int) float64 {
+	m = min(m, keys.N)
+	hits := 0
+	for i := range m {
+		if f.Contains(keys.Absent(i)) {
+			hits++
+		}
+	}
+	return float64(hits) / float64(m)
+}
