@@ -70,7 +70,7 @@ func TestPathValueRejectsAbsentPassesPresent(t *testing.T) {
 	}
 	h := &next{}
 	tests := []struct {
-		name, method, target string
+		name, method, target  string
 		wantStatus, wantCalls int
 	}{
 		{"present", "GET", "/users/42", 200, 1},
