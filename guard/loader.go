@@ -70,7 +70,9 @@ type Loader[K comparable, V any] struct {
 	writeMu sync.RWMutex
 	ready   atomic.Bool
 
-	sf     singleflight.Group
+	// sf coalesces store lookups. One Group has one mutex; spread over
+	// several by key hash, lookups of different keys rarely contend.
+	sf     [sfGroups]singleflight.Group
 	neg    *negCache[K]
 	epochs [256]atomic.Uint64 // bumped by inserts, by key hash: invalidate negative entries
 
@@ -86,6 +88,13 @@ type Loader[K comparable, V any] struct {
 
 	storeCalls, avoided, falsePos, negHits, passed *xsync.Counter
 	rebuilds, rebuildErrs                          *xsync.Counter
+}
+
+const sfGroups = 64
+
+// group returns the singleflight group for hash h.
+func (l *Loader[K, V]) group(h uint64) *singleflight.Group {
+	return &l.sf[h%sfGroups]
 }
 
 // view is one guard with the shards whose lookups must pass through.
@@ -203,7 +212,7 @@ func (l *Loader[K, V]) MayContain(key K) bool {
 // Otherwise it calls the store, sharing one call among concurrent Gets of
 // the same key: a caller whose ctx ends stops waiting and gets ctx.Err(),
 // while the shared call goes on for the others (bounded by
-// [WithLoadTimeout]) and its result or error reaches every waiter. A store
+// [WithLoadTimeout] if set) and its result or error reaches every waiter. A store
 // "not found" (see [WithNotFound]) returns an error matching both
 // ErrNotFound and the store's error; if the guard had let the key through,
 // it counts as an observed false positive.
@@ -230,7 +239,7 @@ func (l *Loader[K, V]) Get(ctx context.Context, key K) (V, error) {
 	// Read the epoch before the store: an insert of key that finishes
 	// after this point bumps it and so voids what we may cache below.
 	epoch := l.epoch(h).Load()
-	val, err := l.load(ctx, key)
+	val, err := l.load(ctx, l.group(h), key)
 	if err != nil && l.cfg.isNotFound(err) {
 		if guarded {
 			l.falsePos.Inc()
@@ -248,23 +257,27 @@ func (l *Loader[K, V]) Get(ctx context.Context, key K) (V, error) {
 
 // load calls the store through singleflight and waits for the result or
 // ctx, whichever comes first.
-func (l *Loader[K, V]) load(ctx context.Context, key K) (V, error) {
+func (l *Loader[K, V]) load(ctx context.Context, sf *singleflight.Group, key K) (V, error) {
 	call := func() (any, error) {
 		// The shared call must not die with the first caller's ctx: run it
-		// under the ctx's values only, with a deadline of its own.
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.loadTimeout)
-		defer cancel()
+		// under the ctx's values only (and WithLoadTimeout's deadline).
+		lctx := context.WithoutCancel(ctx)
+		if l.cfg.loadTimeout > 0 {
+			var cancel context.CancelFunc
+			lctx, cancel = context.WithTimeout(lctx, l.cfg.loadTimeout)
+			defer cancel()
+		}
 		l.storeCalls.Inc()
 		return l.lookup(lctx, key)
 	}
 	if ctx.Done() == nil {
 		// A ctx that is never done needs no select: wait in this goroutine
 		// and save DoChan's goroutine and channel.
-		r, err, _ := l.sf.Do(l.codec.str(key), call)
+		r, err, _ := sf.Do(l.codec.str(key), call)
 		val, _ := r.(V)
 		return val, err
 	}
-	ch := l.sf.DoChan(l.codec.str(key), call)
+	ch := sf.DoChan(l.codec.str(key), call)
 	select {
 	case <-ctx.Done():
 		var zero V
@@ -339,7 +352,7 @@ func (l *Loader[K, V]) Insert(ctx context.Context, key K, write func(ctx context
 	// Lookups that began before the write may have joined a store call
 	// that missed the row: later ones must not join it, nor trust a
 	// negative entry cached by it.
-	l.sf.Forget(l.codec.str(key))
+	l.group(h).Forget(l.codec.str(key))
 	e.Add(1)
 	if l.insertN.Add(1)%4096 == 0 {
 		l.checkFPR()
@@ -359,8 +372,9 @@ func (l *Loader[K, V]) Delete(ctx context.Context, key K, write func(ctx context
 		return err
 	}
 	cur := l.cur.Load()
-	l.sf.Forget(l.codec.str(key))
-	cur.g.RemoveHash(l.codec.hash(cur.g, key))
+	h := l.codec.hash(cur.g, key)
+	l.group(h).Forget(l.codec.str(key))
+	cur.g.RemoveHash(h)
 	return nil
 }
 

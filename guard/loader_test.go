@@ -375,7 +375,7 @@ func TestLoaderKeyTypes(t *testing.T) {
 	})
 	t.Run("bad options", func(t *testing.T) {
 		lookup := func(context.Context, string) (int, error) { return 1, nil }
-		for _, o := range []LoaderOption{WithMaxFPR(0), WithLoadTimeout(0), WithNegativeCache(10, 0), WithFillWorkers(0)} {
+		for _, o := range []LoaderOption{WithMaxFPR(0), WithLoadTimeout(-time.Second), WithNegativeCache(10, 0), WithFillWorkers(0)} {
 			if _, err := NewLoader(g, lookup, o); err == nil {
 				t.Errorf("NewLoader accepted an invalid option")
 			}
