@@ -27,6 +27,6 @@ echo "# $(go version)"
 echo "# cpu: $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //') ($(nproc) cores)"
 echo "# commit: $rev ($(git log -1 --format=%s "$rev"))"
 echo "# date: $(date -u +%Y-%m-%dT%H:%MZ)"
-echo "# command: cd bench && go test -run='^\$' -bench=. -benchmem $* -timeout=90m"
+echo "# command: cd bench && go test -run='^\$' -bench=. -benchmem ./compare/ $* -timeout=90m"
 echo
-go test -modfile="$snap/bench.mod" -run='^$' -bench=. -benchmem "$@" -timeout=90m
+go test -modfile="$snap/bench.mod" -run='^$' -bench=. -benchmem "$@" -timeout=90m ./compare/

@@ -1,10 +1,10 @@
-// Package bench compares the guard with peer approximate-membership filters
+// Package compare compares the guard with peer approximate-membership filters
 // on the same keys in the same run. The package holds the filter adapters
 // and the key sets; the benchmarks are in compare_test.go.
 //
 // Every filter is used through the [Filter] interface, so every one pays
 // the same interface call per operation.
-package bench
+package compare
 
 import (
 	"encoding/binary"

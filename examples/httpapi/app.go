@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cuckooguard/cuckooguard/examples/internal/userdb"
+	"github.com/cuckooguard/cuckooguard/examples/userdb"
 	"github.com/cuckooguard/cuckooguard/guard"
 	"github.com/cuckooguard/cuckooguard/middleware"
 )

@@ -22,7 +22,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cuckooguard/cuckooguard/examples/internal/userdb"
+	"github.com/cuckooguard/cuckooguard/examples/userdb"
 )
 
 func main() {

@@ -22,7 +22,7 @@ import (
 	"os/signal"
 	"time"
 
-	"github.com/cuckooguard/cuckooguard/examples/internal/userdb"
+	"github.com/cuckooguard/cuckooguard/examples/userdb"
 	"github.com/cuckooguard/cuckooguard/guard"
 )
 
