@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -158,4 +163,46 @@ func TestSmokeRun(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(dir, "c.png")); err != nil || fi.Size() == 0 {
 		t.Errorf("no chart: %v", err)
 	}
+}
+
+// TestTargetMode drives a fake users service over loopback HTTP and checks
+// that answers and the service's own counters are read correctly.
+func TestTargetMode(t *testing.T) {
+	var queries, avoided atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /users/{id}", func(w http.ResponseWriter, r *http.Request) {
+		id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
+		if id > 100 {
+			avoided.Add(1)
+			http.NotFound(w, r)
+			return
+		}
+		queries.Add(1)
+		w.Write([]byte(`{"id":1}`))
+	})
+	mux.HandleFunc("GET /debug/vars", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `{"cuckooguard":{"db_lookups":%d,"avoided":%d,"false_positives":0,"items":100,"bits_per_item":19,"doublings":0}}`,
+			queries.Load(), avoided.Load())
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	c, err := parseFlags([]string{"-target", srv.URL, "-rows", "100", "-ops", "500", "-workers", "3", "-chart", "", "-quiet"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), c, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "service (guarded)") {
+		t.Fatalf("table:\n%s", out.String())
+	}
+	p, err := runTarget(context.Background(), c, func(float64) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Ops != 500 || p.WrongFound != 0 || p.Errors != 0 || p.Queries != int64(p.Found) || p.Avoided != p.NotFound {
+		t.Fatalf("target run: %+v", p)
+	}
+	srv.CloseClientConnections()
 }

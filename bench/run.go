@@ -181,6 +181,7 @@ func runTarget(ctx context.Context, c config, progress func(float64)) (*phase, e
 		Timeout:   10 * time.Second,
 		Transport: &http.Transport{MaxIdleConnsPerHost: c.Workers, MaxConnsPerHost: c.Workers},
 	}
+	defer client.CloseIdleConnections()
 	before, err := fetchVars(ctx, client, base)
 	if err != nil {
 		return nil, fmt.Errorf("-target: %w (is examples/httpapi running there?)", err)
