@@ -6,6 +6,12 @@
 // key, ask the guard: if [Guard.Contains] reports false, the key was never
 // added (or was removed) and the store need not be asked.
 //
+// [Loader] wraps a store lookup with a Guard: definitely-absent keys get
+// [ErrNotFound] without a store call, concurrent lookups of one key share
+// one call, and [Loader.Insert] and [Loader.Delete] keep the guard in step
+// with the store's writes (add before the write, remove after a confirmed
+// delete). [Guard.WriteTo] and [Restore] save and load snapshots.
+//
 // # Guarantees
 //
 //   - No false negatives: a key that was added and not removed is always
