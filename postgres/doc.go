@@ -1,0 +1,24 @@
+// Package postgres publishes a table's key changes from PostgreSQL, so that
+// every process's guard can follow the database's own change feed.
+//
+// [Install] creates a trigger that calls pg_notify on a channel named after
+// the table ([Channel]) for every inserted and deleted row and for every
+// update that changes the key. A notification is sent when its transaction
+// commits, in commit order, and carries the operation, the writing
+// transaction's id, a sequence number (so that PostgreSQL does not merge
+// two identical notifications of one transaction) and the key, or just
+// "resync" when the key is too long for a notification payload.
+// [ParseChange] decodes a payload.
+//
+// A follower LISTENs before it reads the table, so that nothing committed
+// in between is missed, and reads the table in a transaction whose
+// snapshot ([ReadSnapshot]) tells, for every notification that arrives,
+// whether the read already saw its write ([Snapshot.Visible]): those are
+// skipped, the others applied in order. This de-duplicates the warm-up
+// exactly, without remembering any keys.
+//
+// Status: this package provides the trigger, the payload format and the
+// snapshot arithmetic, tested against a real PostgreSQL. The follower that
+// applies notifications to a guard.Loader, with reconnects and resyncs, is
+// not written yet; FOLLOWER.md describes the design it will follow.
+package postgres
