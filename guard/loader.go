@@ -82,6 +82,7 @@ type Loader[K comparable, V any] struct {
 	cancel     context.CancelFunc
 	wg         sync.WaitGroup // rebuild goroutines
 	rebuilding atomic.Bool
+	rebuildMu  sync.Mutex // held while a rebuild or resync builds a guard
 	closeOnce  sync.Once
 
 	insertN atomic.Uint64 // inserts, to check the FPR every 4096
@@ -492,6 +493,66 @@ func (l *Loader[K, V]) MarkReady() {
 	l.ready.Store(true)
 }
 
+// Invalidate declares that the guard may lack keys of the store (for
+// example, a change feed was interrupted): every lookup passes through
+// until the Loader is ready again ([Loader.Resync], [Loader.Fill],
+// [Loader.CatchUp] or [Loader.MarkReady]).
+func (l *Loader[K, V]) Invalidate() {
+	l.ready.Store(false)
+}
+
+// Apply applies a write that another process made to the store and that
+// this process learned of from a change feed: a created key is added to
+// the guard (and to a guard being rebuilt), a deleted one removed. Report
+// only committed writes, each once, in commit order, and never this
+// process's own writes, which [Loader.Insert] and [Loader.Delete] applied
+// already: a deletion applied twice could remove another key.
+func (l *Loader[K, V]) Apply(c Change[K]) error {
+	if c.Deleted {
+		cur := l.cur.Load()
+		cur.g.RemoveHash(l.codec.hash(cur.g, c.Key))
+		return nil
+	}
+	l.writeMu.RLock()
+	defer l.writeMu.RUnlock()
+	cur, sh := l.cur.Load(), l.shadow.Load()
+	h := l.codec.hash(cur.g, c.Key)
+	l.epoch(h).Add(1) // voids negative-cache entries of the key
+	if _, err := l.add(cur, h); err != nil {
+		return fmt.Errorf("guard: apply: %w", err)
+	}
+	if sh != nil {
+		l.add(sh, h)
+	}
+	return nil
+}
+
+// Resync builds a fresh guard while the Loader passes every lookup
+// through, swaps it in and marks the Loader ready. fill gets functions
+// that add keys to and remove keys from the fresh guard; inserts made
+// through this Loader meanwhile reach it too. A change feed uses it to
+// start over after an interruption: read every key, then the changes the
+// read did not see.
+func (l *Loader[K, V]) Resync(ctx context.Context, fill func(ctx context.Context, add func(K) error, remove func(K)) error) error {
+	l.Invalidate()
+	err := l.replace(ctx, func(ctx context.Context, nv *view) (int64, error) {
+		var n int64
+		add := func(k K) error {
+			n++
+			_, err := l.add(nv, l.codec.hash(nv.g, k))
+			return err
+		}
+		remove := func(k K) { nv.g.RemoveHash(l.codec.hash(nv.g, k)) }
+		err := fill(ctx, add, remove)
+		return n, err
+	})
+	if err != nil {
+		return fmt.Errorf("guard: resync: %w", err)
+	}
+	l.ready.Store(true)
+	return nil
+}
+
 // checkFPR starts a rebuild if the guard's estimated false-positive rate
 // passed the limit.
 func (l *Loader[K, V]) checkFPR() {
@@ -526,10 +587,20 @@ func (l *Loader[K, V]) rebuild() {
 // rebuildNow builds a fresh guard from the key source while inserts reach
 // both guards, then swaps it in.
 func (l *Loader[K, V]) rebuildNow(ctx context.Context) error {
+	return l.replace(ctx, func(ctx context.Context, nv *view) (int64, error) {
+		return l.fill(ctx, nv, l.source(ctx))
+	})
+}
+
+// replace builds a fresh guard with fill while inserts reach both guards,
+// then swaps it in. Rebuilds and resyncs take turns.
+func (l *Loader[K, V]) replace(ctx context.Context, fill func(context.Context, *view) (int64, error)) error {
+	l.rebuildMu.Lock()
+	defer l.rebuildMu.Unlock()
 	start := time.Now()
 	old := l.cur.Load()
 	opts := append(append([]Option(nil), l.cfg.guardOpts...),
-		WithCapacity(max(old.g.Len()*5/4, 1024)), WithSeed(old.g.Seed()))
+		WithCapacity(rebuildCapacity(old.g)), WithSeed(old.g.Seed()))
 	ng, err := New(opts...)
 	if err != nil {
 		return fmt.Errorf("guard: rebuild: %w", err)
@@ -538,7 +609,7 @@ func (l *Loader[K, V]) rebuildNow(ctx context.Context) error {
 	l.writeMu.Lock() // waits for inserts in flight: their rows are in the store now
 	l.shadow.Store(nv)
 	l.writeMu.Unlock()
-	n, err := l.fill(ctx, nv, l.source(ctx))
+	n, err := fill(ctx, nv)
 	if err != nil {
 		l.writeMu.Lock()
 		l.shadow.Store(nil)
@@ -613,4 +684,12 @@ func (l *Loader[K, V]) Stats() LoaderStats {
 		st.ObservedFPR = float64(st.FalsePositives) / float64(n)
 	}
 	return st
+}
+
+// rebuildCapacity sizes a replacement for g: room for its keys and a
+// quarter more, and no smaller than about what g was sized for, so that a
+// resync of a new Loader does not start from nothing.
+func rebuildCapacity(g *Guard) int {
+	st := g.Stats()
+	return max(st.Items*5/4, st.Slots*8/10, 1024)
 }

@@ -27,6 +27,7 @@ type Change struct {
 	Op     Op
 	TxID   uint64 // the writing transaction, as txid_current() saw it
 	Seq    int64  // unique per notification
+	Origin string // who wrote it (see TagOrigin); "" if untagged
 	Key    string // the key as PostgreSQL prints it (::text)
 	OldKey string // for Update: the key before
 }
@@ -35,8 +36,8 @@ type Change struct {
 var ErrPayload = errors.New("postgres: malformed notification payload")
 
 // ParseChange decodes a payload written by the trigger of [Install]:
-// "I|D <txid> <seq> <len>:<key>", "U <txid> <seq> <len>:<old> <len>:<new>"
-// or "R <txid> <seq> resync".
+// "<op> <txid> <seq> <len>:<origin> " and then "<len>:<key>" for I and D,
+// "<len>:<old> <len>:<new>" for U, or "resync" for R.
 func ParseChange(payload string) (Change, error) {
 	bad := func(why string) (Change, error) {
 		return Change{}, fmt.Errorf("%w: %s: %.60q", ErrPayload, why, payload)
@@ -55,6 +56,11 @@ func ParseChange(payload string) (Change, error) {
 	if c.Seq, err = strconv.ParseInt(field, 10, 64); err != nil {
 		return bad("sequence number")
 	}
+	origin, rest, ok := cutKey(rest)
+	if !ok || !strings.HasPrefix(rest, " ") {
+		return bad("origin")
+	}
+	c.Origin, rest = origin, rest[1:]
 	switch c.Op {
 	case Resync:
 		if rest != "resync" {

@@ -17,8 +17,11 @@
 // skipped, the others applied in order. This de-duplicates the warm-up
 // exactly, without remembering any keys.
 //
-// Status: this package provides the trigger, the payload format and the
-// snapshot arithmetic, tested against a real PostgreSQL. The follower that
-// applies notifications to a guard.Loader, with reconnects and resyncs, is
-// not written yet; FOLLOWER.md describes the design it will follow.
+// [Follower] applies the notifications to a guard.Loader: it LISTENs,
+// reads the table under a snapshot into a fresh guard, applies the changes
+// the read did not see, skips this process's own writes (tagged with
+// [TagOrigin]; its Loader applied them already), and on a dropped
+// connection invalidates the Loader (every lookup passes through),
+// reconnects with backoff and resyncs. FOLLOWER.md explains the ordering
+// arguments behind it.
 package postgres

@@ -36,7 +36,7 @@ func name(prefix, s string) string {
 // Channel(table), and the sequence that numbers the notifications. table
 // may be schema-qualified ("app.users"). Running Install again is safe.
 func Install(ctx context.Context, conn *pgx.Conn, table, keyColumn string) error {
-	tab := pgx.Identifier(strings.Split(table, ".")).Sanitize()
+	tab := sanitizeTable(table)
 	key := pgx.Identifier{keyColumn}.Sanitize()
 	fn := pgx.Identifier{name("cuckooguard_notify_", strings.ReplaceAll(table, ".", "_"))}.Sanitize()
 	trg := pgx.Identifier{name("cuckooguard_", strings.ReplaceAll(table, ".", "_"))}.Sanitize()
@@ -46,7 +46,9 @@ func Install(ctx context.Context, conn *pgx.Conn, table, keyColumn string) error
 		fmt.Sprintf(`CREATE OR REPLACE FUNCTION %[1]s() RETURNS trigger LANGUAGE plpgsql AS $cg$
 DECLARE
 	p text;
-	head text := ' ' || txid_current() || ' ' || nextval('cuckooguard_notify_seq') || ' ';
+	origin text := coalesce(current_setting('cuckooguard.origin', true), '');
+	head text := ' ' || txid_current() || ' ' || nextval('cuckooguard_notify_seq') || ' '
+		|| octet_length(origin) || ':' || origin || ' ';
 BEGIN
 	IF TG_OP = 'INSERT' THEN
 		p := 'I' || head || octet_length(NEW.%[2]s::text) || ':' || NEW.%[2]s::text;
@@ -88,4 +90,21 @@ $cg$`, fn, key, maxPayload, quoteLiteral(ch)),
 // quoteLiteral quotes s as an SQL string literal.
 func quoteLiteral(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
+
+// TagOrigin marks the writes of transaction tx as made by origin (a
+// replica's id), for the rest of tx: the notifications they cause carry
+// it, and the follower of that replica skips them, because its own
+// guard.Loader applied them already. With database/sql, run the same
+// statement in the transaction: SELECT set_config('cuckooguard.origin', $1, true).
+func TagOrigin(ctx context.Context, tx pgx.Tx, origin string) error {
+	if _, err := tx.Exec(ctx, `SELECT set_config('cuckooguard.origin', $1, true)`, origin); err != nil {
+		return fmt.Errorf("postgres: tag origin: %w", err)
+	}
+	return nil
+}
+
+// sanitizeTable quotes a possibly schema-qualified table name.
+func sanitizeTable(table string) string {
+	return pgx.Identifier(strings.Split(table, ".")).Sanitize()
 }

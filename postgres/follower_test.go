@@ -1,0 +1,377 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cuckooguard/cuckooguard/guard"
+)
+
+// replica is one simulated process: its own pool, Loader and Follower.
+type replica struct {
+	id       string
+	pool     *pgxpool.Pool
+	loader   *guard.Loader[int64, string]
+	follower *Follower[int64, string]
+	stop     context.CancelFunc
+	done     chan error
+}
+
+func parseID(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }
+
+// startReplica starts a replica and waits until its follower follows.
+func startReplica(t *testing.T, dsn, id string) *replica {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := guard.New(guard.WithCapacity(10_000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lookup := func(ctx context.Context, id int64) (string, error) {
+		var name string
+		err := pool.QueryRow(ctx, `SELECT name FROM users WHERE id = $1`, id).Scan(&name)
+		return name, err
+	}
+	l, err := guard.NewLoader(g, lookup,
+		guard.WithNotFound(func(err error) bool { return errors.Is(err, pgx.ErrNoRows) }),
+		guard.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFollower(l, dsn, "users", "id", parseID, WithOrigin(id), WithBackoff(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &replica{id: id, pool: pool, loader: l, follower: f}
+	r.run()
+	t.Cleanup(func() {
+		r.halt()
+		l.Close()
+		pool.Close()
+	})
+	r.waitFollowing(t)
+	return r
+}
+
+func (r *replica) run() {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.stop, r.done = cancel, make(chan error, 1)
+	go func() { r.done <- r.follower.Run(ctx) }()
+}
+
+// halt stops the follower, as a crashed listener would.
+func (r *replica) halt() {
+	if r.stop != nil {
+		r.stop()
+		<-r.done
+		r.stop = nil
+	}
+}
+
+func (r *replica) waitFollowing(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for r.follower.Stats().State != Following || !r.loader.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %s never followed: %+v", r.id, r.follower.Stats())
+		}
+		runtime.Gosched()
+	}
+}
+
+func (r *replica) insert(ctx context.Context, id int64) error {
+	return r.loader.Insert(ctx, id, func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+			if err := TagOrigin(ctx, tx, r.id); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO users (id, name) VALUES ($1, $2)`, id, r.id)
+			return err
+		})
+	})
+}
+
+func (r *replica) delete(ctx context.Context, id int64) error {
+	return r.loader.Delete(ctx, id, func(ctx context.Context) (bool, error) {
+		var n int64
+		err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+			if err := TagOrigin(ctx, tx, r.id); err != nil {
+				return err
+			}
+			tag, err := tx.Exec(ctx, `DELETE FROM users WHERE id = $1`, id)
+			n = tag.RowsAffected()
+			return err
+		})
+		return n > 0, err
+	})
+}
+
+// setupUsers creates the users table with the trigger in a fresh schema
+// and returns a DSN whose connections use that schema.
+func setupUsers(t *testing.T, seed int) string {
+	t.Helper()
+	ctx := context.Background()
+	db, _ := pgConn(t)
+	if _, err := db.Exec(ctx, `CREATE TABLE users (id BIGINT PRIMARY KEY, name TEXT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, `INSERT INTO users SELECT g, 'seed' FROM generate_series(1, $1::int) g`, seed); err != nil {
+		t.Fatal(err)
+	}
+	if err := Install(ctx, db, "users", "id"); err != nil {
+		t.Fatal(err)
+	}
+	var schema string
+	if err := db.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	cfg := db.Config()
+	return fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable&search_path=%s", cfg.User, cfg.Host, cfg.Port, cfg.Database, schema)
+}
+
+// converge waits until every replica's guard holds every live id.
+func converge(t *testing.T, replicas []*replica, live func() []int64) time.Duration {
+	t.Helper()
+	start := time.Now()
+	ids := live()
+	for _, r := range replicas {
+		r.waitFollowing(t)
+		for _, id := range ids {
+			for !r.loader.MayContain(id) {
+				if time.Since(start) > 30*time.Second {
+					t.Fatalf("replica %s never learned of id %d: %+v", r.id, id, r.follower.Stats())
+				}
+				runtime.Gosched()
+			}
+		}
+	}
+	return time.Since(start)
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	slices.Sort(ds)
+	return ds[int(p*float64(len(ds)-1))]
+}
+
+// TestReplicasFollowEachOther runs three replicas on one database. It
+// measures the staleness from a commit on one replica to visibility in
+// another's guard, runs concurrent inserts, deletes and lookups through
+// random replicas while asserting that no replica says ErrNotFound for a
+// row committed longer ago than the bound, then kills a follower's backend
+// and stops another's listener mid-run, and checks that all converge.
+func TestReplicasFollowEachOther(t *testing.T) {
+	ctx := context.Background()
+	dsn := setupUsers(t, 1000)
+	reps := []*replica{startReplica(t, dsn, "A"), startReplica(t, dsn, "B"), startReplica(t, dsn, "C")}
+
+	// Staleness: commit on A, poll B's guard.
+	var stale []time.Duration
+	for i := range 200 {
+		id := int64(100_000 + i)
+		if err := reps[0].insert(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		committed := time.Now()
+		for !reps[1].loader.MayContain(id) {
+			if time.Since(committed) > 10*time.Second {
+				t.Fatalf("B never saw id %d", id)
+			}
+			runtime.Gosched()
+		}
+		stale = append(stale, time.Since(committed))
+	}
+	p50, p99 := percentile(stale, 0.5), percentile(stale, 0.99)
+	bound := max(20*p99, 500*time.Millisecond)
+	t.Logf("staleness A→B over 200 commits: p50 %v, p99 %v; bound used below %v", p50, p99, bound)
+
+	// Live rows and when they were committed.
+	var mu sync.Mutex
+	committedAt := map[int64]time.Time{}
+	for i := range 1000 {
+		committedAt[int64(i+1)] = time.Time{} // seeded before the replicas started
+	}
+	for i := range 200 {
+		committedAt[int64(100_000+i)] = time.Time{}
+	}
+	live := func() []int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		var ids []int64
+		for id := range committedAt {
+			ids = append(ids, id)
+		}
+		return ids
+	}
+	workload := func(base int64, ops int) {
+		t.Helper()
+		var wg sync.WaitGroup
+		errc := make(chan error, 8)
+		for w := range 4 {
+			wg.Go(func() {
+				r := rand.New(rand.NewPCG(uint64(base), uint64(w)))
+				var mine []int64
+				for i := range ops {
+					rep := reps[r.IntN(len(reps))]
+					switch x := r.IntN(10); {
+					case x < 4:
+						id := base + int64(w)*100_000 + int64(i)
+						if err := rep.insert(ctx, id); err != nil {
+							errc <- err
+							return
+						}
+						mu.Lock()
+						committedAt[id] = time.Now()
+						mu.Unlock()
+						mine = append(mine, id)
+					case x < 5 && len(mine) > 0:
+						j := r.IntN(len(mine))
+						id := mine[j]
+						mine = slices.Delete(mine, j, j+1)
+						mu.Lock()
+						delete(committedAt, id) // from now on it may read absent
+						mu.Unlock()
+						if err := rep.delete(ctx, id); err != nil {
+							errc <- err
+							return
+						}
+					default:
+						ids := live()
+						id := ids[r.IntN(len(ids))]
+						mu.Lock()
+						at, ok := committedAt[id]
+						mu.Unlock()
+						if _, err := rep.loader.Get(ctx, id); errors.Is(err, guard.ErrNotFound) && ok && time.Since(at) > bound {
+							mu.Lock()
+							_, still := committedAt[id]
+							mu.Unlock()
+							if still {
+								errc <- fmt.Errorf("replica %s: ErrNotFound for id %d committed %v ago (bound %v; follower %+v)",
+									rep.id, id, time.Since(at), bound, rep.follower.Stats())
+								return
+							}
+						}
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errc)
+		for err := range errc {
+			t.Fatal(err)
+		}
+	}
+
+	workload(1_000_000, 150)
+	t.Logf("converged after the workload in %v", converge(t, reps, live))
+
+	// Fault 1: kill B's LISTEN backend while writes go on.
+	pid := reps[1].follower.Stats().BackendPID
+	admin, _ := pgConn(t)
+	if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+		t.Fatal(err)
+	}
+	workload(2_000_000, 100)
+	t.Logf("converged after pg_terminate_backend in %v; B: %+v", converge(t, reps, live), reps[1].follower.Stats())
+	if st := reps[1].follower.Stats(); st.Failures == 0 || st.Resyncs < 2 {
+		t.Fatalf("B did not notice the dropped connection: %+v", st)
+	}
+
+	// Fault 2: stop C's listener (notifications for C are lost), write,
+	// restart it: it must resync.
+	reps[2].halt()
+	if reps[2].loader.Ready() {
+		t.Fatal("C's Loader is ready with its follower stopped")
+	}
+	workload(3_000_000, 100)
+	reps[2].run()
+	t.Logf("converged after restarting C's follower in %v; C: %+v", converge(t, reps, live), reps[2].follower.Stats())
+
+	for _, r := range reps {
+		st := r.follower.Stats()
+		t.Logf("replica %s: %+v, guard %d keys", r.id, st, r.loader.Guard().Len())
+	}
+}
+
+// TestFollowerThroughput measures how many notifications per second one
+// follower applies: 20,000 inserts committed at once by an untagged
+// writer.
+func TestFollowerThroughput(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measurement")
+	}
+	ctx := context.Background()
+	dsn := setupUsers(t, 0)
+	r := startReplica(t, dsn, "A")
+	db, _ := pgConn(t)
+	cfg := db.Config()
+	_ = cfg
+	w, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	const n = 20_000
+	before := r.follower.Stats().Applied
+	start := time.Now()
+	if _, err := w.Exec(ctx, `INSERT INTO users SELECT g, 'bulk' FROM generate_series(1, $1::int) g`, n); err != nil {
+		t.Fatal(err)
+	}
+	committed := time.Since(start)
+	for r.follower.Stats().Applied < before+n {
+		if time.Since(start) > time.Minute {
+			t.Fatalf("applied %d of %d", r.follower.Stats().Applied-before, n)
+		}
+		runtime.Gosched()
+	}
+	took := time.Since(start)
+	t.Logf("%d notifications: insert committed in %v, all applied after %v (%.0f notifications/s end to end)", n, committed, took, n/took.Seconds())
+	for id := int64(1); id <= n; id++ {
+		if !r.loader.MayContain(id) {
+			t.Fatalf("id %d missing after the burst", id)
+		}
+	}
+}
+
+// TestResyncTime measures a follower's first resync of a table of 1M keys.
+// It runs only with CUCKOOGUARD_MEASURE=1 (it takes seconds, more under
+// -race).
+func TestResyncTime(t *testing.T) {
+	if os.Getenv("CUCKOOGUARD_MEASURE") == "" {
+		t.Skip("set CUCKOOGUARD_MEASURE=1 to measure the resync of 1M keys")
+	}
+	ctx := context.Background()
+	db, _ := pgConn(t)
+	if _, err := db.Exec(ctx, `CREATE TABLE users (id BIGINT PRIMARY KEY, name TEXT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, `INSERT INTO users SELECT g, 'seed' FROM generate_series(1, 1000000) g`); err != nil {
+		t.Fatal(err)
+	}
+	if err := Install(ctx, db, "users", "id"); err != nil {
+		t.Fatal(err)
+	}
+	var schema string
+	db.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema)
+	cfg := db.Config()
+	dsn := fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable&search_path=%s", cfg.User, cfg.Host, cfg.Port, cfg.Database, schema)
+	start := time.Now()
+	r := startReplica(t, dsn, "A")
+	t.Logf("resync of 1,000,000 keys: %v (guard %d keys, %.1f bits/key)", time.Since(start), r.loader.Guard().Len(), r.loader.Guard().Stats().BitsPerItem)
+}
