@@ -27,6 +27,7 @@ type Change struct {
 	Op     Op
 	TxID   uint64 // the writing transaction, as txid_current() saw it
 	Seq    int64  // unique per notification
+	At     int64  // when the row changed, in microseconds since 1970 (database clock)
 	Origin string // who wrote it (see TagOrigin); "" if untagged
 	Key    string // the key as PostgreSQL prints it (::text)
 	OldKey string // for Update: the key before
@@ -36,7 +37,7 @@ type Change struct {
 var ErrPayload = errors.New("postgres: malformed notification payload")
 
 // ParseChange decodes a payload written by the trigger of [Install]:
-// "<op> <txid> <seq> <len>:<origin> " and then "<len>:<key>" for I and D,
+// "<op> <txid> <seq> <micros> <len>:<origin> " and then "<len>:<key>" for I and D,
 // "<len>:<old> <len>:<new>" for U, or "resync" for R.
 func ParseChange(payload string) (Change, error) {
 	bad := func(why string) (Change, error) {
@@ -55,6 +56,10 @@ func ParseChange(payload string) (Change, error) {
 	field, rest, _ = strings.Cut(rest, " ")
 	if c.Seq, err = strconv.ParseInt(field, 10, 64); err != nil {
 		return bad("sequence number")
+	}
+	field, rest, _ = strings.Cut(rest, " ")
+	if c.At, err = strconv.ParseInt(field, 10, 64); err != nil {
+		return bad("timestamp")
 	}
 	origin, rest, ok := cutKey(rest)
 	if !ok || !strings.HasPrefix(rest, " ") {

@@ -17,12 +17,12 @@ func TestParseChange(t *testing.T) {
 		in   string
 		want Change
 	}{
-		{"I 12 1 0: 2:42", Change{Op: Insert, TxID: 12, Seq: 1, Key: "42"}},
-		{"D 13 2 1:A 0:", Change{Op: Delete, TxID: 13, Seq: 2, Origin: "A", Key: ""}},
-		{"I 14 3 3:r 1 5:a b:c", Change{Op: Insert, TxID: 14, Seq: 3, Origin: "r 1", Key: "a b:c"}},
-		{"U 15 4 0: 1:7 2:70", Change{Op: Update, TxID: 15, Seq: 4, OldKey: "7", Key: "70"}},
-		{"R 16 5 0: resync", Change{Op: Resync, TxID: 16, Seq: 5}},
-		{"I 17 6 0: 5:ünï", Change{Op: Insert, TxID: 17, Seq: 6, Key: "ünï"}},
+		{"I 12 1 9 0: 2:42", Change{Op: Insert, TxID: 12, Seq: 1, At: 9, Key: "42"}},
+		{"D 13 2 9 1:A 0:", Change{Op: Delete, TxID: 13, Seq: 2, At: 9, Origin: "A", Key: ""}},
+		{"I 14 3 9 3:r 1 5:a b:c", Change{Op: Insert, TxID: 14, Seq: 3, At: 9, Origin: "r 1", Key: "a b:c"}},
+		{"U 15 4 9 0: 1:7 2:70", Change{Op: Update, TxID: 15, Seq: 4, At: 9, OldKey: "7", Key: "70"}},
+		{"R 16 5 9 0: resync", Change{Op: Resync, TxID: 16, Seq: 5, At: 9}},
+		{"I 17 6 9 0: 5:ünï", Change{Op: Insert, TxID: 17, Seq: 6, At: 9, Key: "ünï"}},
 	}
 	for _, tt := range tests {
 		got, err := ParseChange(tt.in)
@@ -30,8 +30,8 @@ func TestParseChange(t *testing.T) {
 			t.Errorf("ParseChange(%q) = %+v, %v; want %+v", tt.in, got, err, tt.want)
 		}
 	}
-	for _, bad := range []string{"", "I", "I x 1 0: 1:a", "I 1 x 0: 1:a", "I 1 1 0: 2:a", "I 1 1 0: 1:ab", "X 1 1 0: 1:a",
-		"U 1 1 0: 1:a", "U 1 1 0: 1:a 1:", "R 1 1 0: now", "I 1 1 0: -1:a", "I 1 1 0: a", "I 1 1 1:a", "I 1 1 5:a 1:a"} {
+	for _, bad := range []string{"", "I", "I x 1 9 0: 1:a", "I 1 x 9 0: 1:a", "I 1 1 9 0: 2:a", "I 1 1 9 0: 1:ab", "X 1 1 9 0: 1:a",
+		"U 1 1 9 0: 1:a", "U 1 1 9 0: 1:a 1:", "R 1 1 9 0: now", "I 1 1 9 0: -1:a", "I 1 1 9 0: a", "I 1 1 9 1:a", "I 1 1 9 5:a 1:a", "I 1 1 t 0: 1:a"} {
 		if _, err := ParseChange(bad); !errors.Is(err, ErrPayload) {
 			t.Errorf("ParseChange(%q) = %v, want ErrPayload", bad, err)
 		}
@@ -39,8 +39,8 @@ func TestParseChange(t *testing.T) {
 }
 
 func FuzzParseChange(f *testing.F) {
-	f.Add("U 15 4 0: 1:7 2:70")
-	f.Add("I 12 1 1:A 2:42")
+	f.Add("U 15 4 9 0: 1:7 2:70")
+	f.Add("I 12 1 9 1:A 2:42")
 	f.Fuzz(func(t *testing.T, s string) {
 		c, err := ParseChange(s)
 		if err != nil {

@@ -22,6 +22,7 @@ const (
 	PassThrough State = iota // not connected: the Loader passes every lookup through
 	Resyncing                // reading the table into a fresh guard; lookups pass through
 	Following                // applying notifications as they arrive
+	Behind                   // applying notifications more than the max lag late; lookups pass through
 )
 
 func (s State) String() string {
@@ -30,6 +31,8 @@ func (s State) String() string {
 		return "resyncing"
 	case Following:
 		return "following"
+	case Behind:
+		return "behind"
 	default:
 		return "pass-through"
 	}
@@ -61,8 +64,10 @@ type Follower[K comparable, V any] struct {
 	parse   func(string) (K, error)
 	origin  string
 	backoff time.Duration
+	maxLag  time.Duration
 
 	state       atomic.Int32
+	lag         atomic.Int64 // of the last notification, nanoseconds
 	applied     atomic.Int64
 	skipped     atomic.Int64
 	resyncs     atomic.Int64
@@ -79,6 +84,17 @@ type FollowerOption func(*followerConfig)
 type followerConfig struct {
 	origin  string
 	backoff time.Duration
+	maxLag  time.Duration
+}
+
+// WithMaxLag sets how late, from the row's change on the database clock to
+// its notification arriving here, notifications may be before the
+// Follower considers itself behind: it then invalidates the Loader (every
+// lookup passes through) until the lag is back under half of it. The
+// default is 5 s. The database and this process should share a clock
+// (NTP).
+func WithMaxLag(d time.Duration) FollowerOption {
+	return func(c *followerConfig) { c.maxLag = d }
 }
 
 // WithOrigin sets this process's origin tag: notifications of writes
@@ -99,20 +115,21 @@ func WithBackoff(d time.Duration) FollowerOption {
 // keyColumn, parsed with parse from their text form, to loader. dsn is a
 // postgres:// URL; the Follower opens two connections of its own.
 func NewFollower[K comparable, V any](loader *guard.Loader[K, V], dsn, table, keyColumn string, parse func(string) (K, error), opts ...FollowerOption) (*Follower[K, V], error) {
-	c := followerConfig{backoff: 100 * time.Millisecond}
+	c := followerConfig{backoff: 100 * time.Millisecond, maxLag: 5 * time.Second}
 	for _, o := range opts {
 		o(&c)
 	}
 	if loader == nil || parse == nil || table == "" || keyColumn == "" {
 		return nil, errors.New("postgres: NewFollower needs a loader, a table, a key column and a parse function")
 	}
-	if c.backoff <= 0 {
-		return nil, fmt.Errorf("postgres: backoff %v must be positive", c.backoff)
+	if c.backoff <= 0 || c.maxLag <= 0 {
+		return nil, fmt.Errorf("postgres: backoff %v and max lag %v must be positive", c.backoff, c.maxLag)
 	}
 	if _, err := pgx.ParseConfig(dsn); err != nil {
 		return nil, fmt.Errorf("postgres: follower: %w", err)
 	}
-	return &Follower[K, V]{loader: loader, dsn: dsn, table: table, key: keyColumn, parse: parse, origin: c.origin, backoff: c.backoff}, nil
+	return &Follower[K, V]{loader: loader, dsn: dsn, table: table, key: keyColumn, parse: parse,
+		origin: c.origin, backoff: c.backoff, maxLag: c.maxLag}, nil
 }
 
 // Run follows the table until ctx ends, reconnecting after failures, and
@@ -178,6 +195,18 @@ func (f *Follower[K, V]) session(ctx context.Context) error {
 		}
 		if c.Op == Resync {
 			return errResync
+		}
+		lag := time.Since(time.UnixMicro(c.At))
+		f.lag.Store(int64(lag))
+		switch st := State(f.state.Load()); {
+		case st == Following && lag > f.maxLag:
+			// Too late to trust: other replicas' rows may be missing for
+			// longer than promised. Pass through until caught up.
+			f.loader.Invalidate()
+			f.state.Store(int32(Behind))
+		case st == Behind && lag < f.maxLag/2:
+			f.loader.MarkReady()
+			f.state.Store(int32(Following))
 		}
 		if (f.origin != "" && c.Origin == f.origin) || sn.Visible(c.TxID) {
 			f.skipped.Add(1)
@@ -270,12 +299,13 @@ func (f *Follower[K, V]) apply(c Change) error {
 // FollowerStats describes a Follower.
 type FollowerStats struct {
 	State       State
-	Applied     int64     // notifications applied
-	Skipped     int64     // notifications of own writes, or seen by the last read
-	Resyncs     int64     // completed reads of the whole table
-	Failures    int64     // sessions that ended in an error
-	BackendPID  uint32    // of the LISTEN connection, 0 when not connected
-	LastApplied time.Time // when the last notification was applied
+	Applied     int64         // notifications applied
+	Skipped     int64         // notifications of own writes, or seen by the last read
+	Resyncs     int64         // completed reads of the whole table
+	Failures    int64         // sessions that ended in an error
+	BackendPID  uint32        // of the LISTEN connection, 0 when not connected
+	Lag         time.Duration // of the last notification: from the row's change to its arrival
+	LastApplied time.Time     // when the last notification was applied
 	LastError   error
 }
 
@@ -291,6 +321,7 @@ func (f *Follower[K, V]) Stats() FollowerStats {
 		Resyncs:    f.resyncs.Load(),
 		Failures:   f.failures.Load(),
 		BackendPID: f.pid.Load(),
+		Lag:        time.Duration(f.lag.Load()),
 		LastError:  lastErr,
 	}
 	if ns := f.lastApplied.Load(); ns != 0 {

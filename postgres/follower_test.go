@@ -375,3 +375,42 @@ func TestResyncTime(t *testing.T) {
 	r := startReplica(t, dsn, "A")
 	t.Logf("resync of 1,000,000 keys: %v (guard %d keys, %.1f bits/key)", time.Since(start), r.loader.Guard().Len(), r.loader.Guard().Stats().BitsPerItem)
 }
+
+// TestFollowerBehindPassesThrough gives a follower a max lag no
+// notification can meet: after the first late notification it must
+// invalidate its Loader, so that lookups pass through.
+func TestFollowerBehindPassesThrough(t *testing.T) {
+	ctx := context.Background()
+	dsn := setupUsers(t, 10)
+	r := startReplica(t, dsn, "A")
+	r.halt()
+	f, err := NewFollower(r.loader, dsn, "users", "id", parseID, WithOrigin("A"), WithMaxLag(time.Nanosecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.follower = f
+	r.run()
+	r.waitFollowing(t)
+	w, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	if _, err := w.Exec(ctx, `INSERT INTO users VALUES (11, 'late')`); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for f.Stats().State != Behind {
+		if time.Now().After(deadline) {
+			t.Fatalf("follower never fell behind: %+v", f.Stats())
+		}
+		runtime.Gosched()
+	}
+	if r.loader.Ready() {
+		t.Fatal("a follower that is behind left its Loader ready")
+	}
+	if _, err := r.loader.Get(ctx, 11); err != nil {
+		t.Fatalf("Get(11) while behind = %v", err)
+	}
+	t.Logf("lag of the late notification: %v", f.Stats().Lag)
+}

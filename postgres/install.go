@@ -48,6 +48,7 @@ DECLARE
 	p text;
 	origin text := coalesce(current_setting('cuckooguard.origin', true), '');
 	head text := ' ' || txid_current() || ' ' || nextval('cuckooguard_notify_seq') || ' '
+		|| floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint || ' '
 		|| octet_length(origin) || ':' || origin || ' ';
 BEGIN
 	IF TG_OP = 'INSERT' THEN
