@@ -564,3 +564,62 @@ func seqOf[T any](xs []T) iter.Seq2[T, error] {
 		}
 	}
 }
+
+// TestLoaderApplyInvalidateResync covers the entry points a change feed
+// uses: Apply of others' writes, Invalidate on a lost feed, and Resync with
+// an insert through the Loader racing the fill.
+func TestLoaderApplyInvalidateResync(t *testing.T) {
+	ctx := context.Background()
+	s := newMemStore[int]()
+	l := newTestLoader(t, s, []Option{WithCapacity(1000)})
+	l.MarkReady()
+	s.put(1, "r")
+	if err := l.Apply(Change[int]{Key: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Get(ctx, 1); err != nil {
+		t.Fatalf("Get after Apply = %v", err)
+	}
+	s.del(1)
+	if err := l.Apply(Change[int]{Key: 1, Deleted: true}); err != nil || l.Guard().Len() != 0 {
+		t.Fatalf("Apply(delete): %v, %d keys", err, l.Guard().Len())
+	}
+	l.Invalidate()
+	if l.Ready() || !l.MayContain(12345) {
+		t.Fatal("an invalidated Loader does not pass lookups through")
+	}
+	for i := range 100 {
+		s.put(i, "r")
+	}
+	err := l.Resync(ctx, func(ctx context.Context, add func(int) error, remove func(int)) error {
+		if l.Ready() {
+			t.Error("Loader ready during Resync")
+		}
+		// A write through this Loader while the fresh guard fills.
+		if err := l.Insert(ctx, 500, func(context.Context) error { s.put(500, "r"); return nil }); err != nil {
+			return err
+		}
+		for i := range 100 {
+			if err := add(i); err != nil {
+				return err
+			}
+		}
+		add(7)
+		remove(7) // a change the read missed, then undone
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.Ready() {
+		t.Fatal("not ready after Resync")
+	}
+	for _, k := range []int{0, 7, 99, 500} {
+		if _, err := l.Get(ctx, k); err != nil {
+			t.Fatalf("Get(%d) after Resync = %v", k, err)
+		}
+	}
+	if n := l.Guard().Len(); n != 101 {
+		t.Fatalf("%d keys after Resync, want 101", n)
+	}
+}
