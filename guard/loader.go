@@ -75,6 +75,7 @@ type Loader[K comparable, V any] struct {
 	sf     [sfGroups]singleflight.Group
 	neg    *negCache[K]
 	epochs [256]atomic.Uint64 // bumped by inserts, by key hash: invalidate negative entries
+	negGen atomic.Uint64      // bumped by Invalidate and guard swaps: invalidates them all
 
 	mu         sync.Mutex // protects closed and wg.Add
 	closed     bool
@@ -195,9 +196,12 @@ func (l *Loader[K, V]) Ready() bool {
 // while not ready (or for a saturated shard) as one passed through, so
 // that HTTP middleware built on it shows up in [Loader.Stats].
 func (l *Loader[K, V]) MayContain(key K) bool {
+	// ready before cur: a resync swaps in its guard and then sets ready,
+	// so a true ready guarantees the guard loaded next is that one.
+	ready := l.ready.Load()
 	v := l.cur.Load()
 	h := l.codec.hash(v.g, key)
-	if !l.ready.Load() || v.passes(h) {
+	if !ready || v.passes(h) {
 		l.passed.Inc()
 		return true
 	}
@@ -222,30 +226,32 @@ func (l *Loader[K, V]) Get(ctx context.Context, key K) (V, error) {
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}
+	ready := l.ready.Load() // before cur: see MayContain
 	v := l.cur.Load()
 	h := l.codec.hash(v.g, key)
-	guarded := l.ready.Load() && !v.passes(h)
+	guarded := ready && !v.passes(h)
+	// Read the epoch and the generation before the store: an insert of key,
+	// or a resync, that happens after this point voids what we may cache
+	// below.
+	epoch, gen := l.epoch(h).Load(), l.negGen.Load()
 	if guarded {
 		if !v.g.ContainsHash(h) {
 			l.avoided.Inc()
 			return zero, ErrNotFound
 		}
-		if l.neg != nil && l.neg.has(key, l.epoch(h).Load()) {
+		if l.neg != nil && l.neg.has(key, epoch, gen) {
 			l.negHits.Inc()
 			return zero, ErrNotFound
 		}
 	} else {
 		l.passed.Inc()
 	}
-	// Read the epoch before the store: an insert of key that finishes
-	// after this point bumps it and so voids what we may cache below.
-	epoch := l.epoch(h).Load()
 	val, err := l.load(ctx, l.group(h), key)
 	if err != nil && l.cfg.isNotFound(err) {
 		if guarded {
 			l.falsePos.Inc()
 			if l.neg != nil {
-				l.neg.add(key, epoch)
+				l.neg.add(key, epoch, gen)
 			}
 		}
 		if errors.Is(err, ErrNotFound) {
@@ -368,11 +374,17 @@ func (l *Loader[K, V]) Delete(ctx context.Context, key K, write func(ctx context
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	// The guard that had the key when the write began is the one to
+	// remove it from: a rebuild swapped in meanwhile may never have had it
+	// (its read ran after the delete), and removing a key a guard does not
+	// hold can remove another key. writeMu keeps swaps out until we are done.
+	l.writeMu.RLock()
+	defer l.writeMu.RUnlock()
+	cur := l.cur.Load()
 	existed, err := write(ctx)
 	if err != nil || !existed {
 		return err
 	}
-	cur := l.cur.Load()
 	h := l.codec.hash(cur.g, key)
 	l.group(h).Forget(l.codec.str(key))
 	cur.g.RemoveHash(h)
@@ -499,6 +511,7 @@ func (l *Loader[K, V]) MarkReady() {
 // [Loader.CatchUp] or [Loader.MarkReady]).
 func (l *Loader[K, V]) Invalidate() {
 	l.ready.Store(false)
+	l.negGen.Add(1) // rows may have appeared that no insert told us of
 }
 
 // Apply applies a write that another process made to the store and that
@@ -522,13 +535,19 @@ func (l *Loader[K, V]) Apply(c Change[K]) error {
 		return fmt.Errorf("guard: apply: %w", err)
 	}
 	if sh != nil {
-		l.add(sh, h)
+		l.add(sh, h) // a failed rebuild closes sh: nothing to keep
 	}
+	// As in Insert: later lookups must not join a store call that began
+	// before the row existed, nor trust what such a call cached.
+	l.group(h).Forget(l.codec.str(c.Key))
+	l.epoch(h).Add(1)
 	return nil
 }
 
 // Resync builds a fresh guard while the Loader passes every lookup
-// through, swaps it in and marks the Loader ready. fill gets functions
+// through and swaps it in; the Loader stays invalid until the caller has
+// applied the changes the fill did not see and calls [Loader.MarkReady].
+// fill gets functions
 // that add keys to and remove keys from the fresh guard; inserts made
 // through this Loader meanwhile reach it too. A change feed uses it to
 // start over after an interruption: read every key, then the changes the
@@ -549,7 +568,6 @@ func (l *Loader[K, V]) Resync(ctx context.Context, fill func(ctx context.Context
 	if err != nil {
 		return fmt.Errorf("guard: resync: %w", err)
 	}
-	l.ready.Store(true)
 	return nil
 }
 
@@ -617,10 +635,23 @@ func (l *Loader[K, V]) replace(ctx context.Context, fill func(context.Context, *
 		ng.Close()
 		return fmt.Errorf("guard: rebuild: %w", err)
 	}
+	// l.mu orders the swap against Close: once Close has marked the
+	// Loader closed no guard is swapped in, so none outlives Close. Lock
+	// order: writeMu, then l.mu, as in an insert that triggers a rebuild.
 	l.writeMu.Lock()
-	l.cur.Store(nv)
+	l.mu.Lock()
+	closed := l.closed
+	if !closed {
+		l.cur.Store(nv)
+		l.negGen.Add(1)
+	}
 	l.shadow.Store(nil)
+	l.mu.Unlock()
 	l.writeMu.Unlock()
+	if closed {
+		ng.Close()
+		return errors.New("guard: loader closed")
+	}
 	old.g.Close()
 	l.rebuilds.Inc()
 	l.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "cuckooguard: guard rebuilt",

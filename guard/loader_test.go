@@ -611,9 +611,10 @@ func TestLoaderApplyInvalidateResync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !l.Ready() {
-		t.Fatal("not ready after Resync")
+	if l.Ready() {
+		t.Fatal("ready after Resync, before the caller caught up")
 	}
+	l.MarkReady()
 	for _, k := range []int{0, 7, 99, 500} {
 		if _, err := l.Get(ctx, k); err != nil {
 			t.Fatalf("Get(%d) after Resync = %v", k, err)

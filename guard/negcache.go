@@ -21,19 +21,20 @@ type negCache[K comparable] struct {
 type negEntry struct {
 	expires int64 // unix nanoseconds
 	epoch   uint64
+	gen     uint64 // the Loader's generation: bumped by Invalidate and guard swaps
 }
 
 func newNegCache[K comparable](size int, ttl time.Duration, now func() time.Time) *negCache[K] {
 	return &negCache[K]{m: xsync.NewMapOf[K, negEntry](), max: size, ttl: ttl, now: now}
 }
 
-// has reports whether key is cached as absent under epoch.
-func (c *negCache[K]) has(key K, epoch uint64) bool {
+// has reports whether key is cached as absent under epoch and gen.
+func (c *negCache[K]) has(key K, epoch, gen uint64) bool {
 	e, ok := c.m.Load(key)
 	if !ok {
 		return false
 	}
-	if e.epoch != epoch || c.now().UnixNano() >= e.expires {
+	if e.epoch != epoch || e.gen != gen || c.now().UnixNano() >= e.expires {
 		c.m.Delete(key)
 		return false
 	}
@@ -42,9 +43,9 @@ func (c *negCache[K]) has(key K, epoch uint64) bool {
 
 // add caches key as absent under epoch. When the cache is full it is
 // emptied: a bound, not an LRU, since entries live only for ttl anyway.
-func (c *negCache[K]) add(key K, epoch uint64) {
+func (c *negCache[K]) add(key K, epoch, gen uint64) {
 	if c.m.Size() >= c.max {
 		c.m.Clear()
 	}
-	c.m.Store(key, negEntry{expires: c.now().Add(c.ttl).UnixNano(), epoch: epoch})
+	c.m.Store(key, negEntry{expires: c.now().Add(c.ttl).UnixNano(), epoch: epoch, gen: gen})
 }

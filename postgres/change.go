@@ -20,6 +20,7 @@ const (
 	Delete Op = 'D' // Key was deleted
 	Update Op = 'U' // OldKey became Key
 	Resync Op = 'R' // a key too long for a payload changed: read the table again
+	Marker Op = 'S' // a follower's own marker: every change committed before it has arrived
 )
 
 // Change is one decoded notification.
@@ -48,6 +49,13 @@ func ParseChange(payload string) (Change, error) {
 	}
 	c := Change{Op: Op(payload[0])}
 	rest := payload[2:]
+	if c.Op == Marker { // "S <token>", sent by a Follower, not the trigger
+		if rest == "" {
+			return bad("marker")
+		}
+		c.Key = rest
+		return c, nil
+	}
 	field, rest, _ := strings.Cut(rest, " ")
 	var err error
 	if c.TxID, err = strconv.ParseUint(field, 10, 64); err != nil {

@@ -23,6 +23,7 @@ func TestParseChange(t *testing.T) {
 		{"U 15 4 9 0: 1:7 2:70", Change{Op: Update, TxID: 15, Seq: 4, At: 9, OldKey: "7", Key: "70"}},
 		{"R 16 5 9 0: resync", Change{Op: Resync, TxID: 16, Seq: 5, At: 9}},
 		{"I 17 6 9 0: 5:ünï", Change{Op: Insert, TxID: 17, Seq: 6, At: 9, Key: "ünï"}},
+		{"S 123-456", Change{Op: Marker, Key: "123-456"}},
 	}
 	for _, tt := range tests {
 		got, err := ParseChange(tt.in)
@@ -31,7 +32,7 @@ func TestParseChange(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "I", "I x 1 9 0: 1:a", "I 1 x 9 0: 1:a", "I 1 1 9 0: 2:a", "I 1 1 9 0: 1:ab", "X 1 1 9 0: 1:a",
-		"U 1 1 9 0: 1:a", "U 1 1 9 0: 1:a 1:", "R 1 1 9 0: now", "I 1 1 9 0: -1:a", "I 1 1 9 0: a", "I 1 1 9 1:a", "I 1 1 9 5:a 1:a", "I 1 1 t 0: 1:a"} {
+		"U 1 1 9 0: 1:a", "U 1 1 9 0: 1:a 1:", "R 1 1 9 0: now", "I 1 1 9 0: -1:a", "I 1 1 9 0: a", "I 1 1 9 1:a", "I 1 1 9 5:a 1:a", "I 1 1 t 0: 1:a", "S "} {
 		if _, err := ParseChange(bad); !errors.Is(err, ErrPayload) {
 			t.Errorf("ParseChange(%q) = %v, want ErrPayload", bad, err)
 		}
@@ -46,7 +47,7 @@ func FuzzParseChange(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if c.Op != Insert && c.Op != Delete && c.Op != Update && c.Op != Resync {
+		if c.Op != Insert && c.Op != Delete && c.Op != Update && c.Op != Resync && c.Op != Marker {
 			t.Fatalf("accepted operation %q", c.Op)
 		}
 		if !strings.Contains(s, c.Key) || !strings.Contains(s, c.OldKey) {

@@ -178,12 +178,14 @@ func (f *Follower[K, V]) session(ctx context.Context) error {
 		return fmt.Errorf("postgres: follower listen: %w", err)
 	}
 	f.state.Store(int32(Resyncing))
-	sn, err := f.resync(ctx)
+	sn, marker, err := f.resync(ctx)
 	if err != nil {
 		return err
 	}
 	f.resyncs.Add(1)
-	f.state.Store(int32(Following))
+	// The Loader stays invalid until the marker sent after the read comes
+	// back: every change committed during the read arrives before it and
+	// is applied first.
 	for {
 		n, err := listen.WaitForNotification(ctx)
 		if err != nil {
@@ -195,6 +197,13 @@ func (f *Follower[K, V]) session(ctx context.Context) error {
 		}
 		if c.Op == Resync {
 			return errResync
+		}
+		if c.Op == Marker {
+			if c.Key == marker && State(f.state.Load()) == Resyncing {
+				f.loader.MarkReady()
+				f.state.Store(int32(Following))
+			}
+			continue // another follower's marker
 		}
 		lag := time.Since(time.UnixMicro(c.At))
 		f.lag.Store(int64(lag))
@@ -229,10 +238,10 @@ func (f *Follower[K, V]) session(ctx context.Context) error {
 // either committed before the snapshot (and the read sees it) or reaches
 // the fresh guard directly. Taken earlier, an insert that had added its key
 // to the old guard only and committed after the snapshot would be lost.
-func (f *Follower[K, V]) resync(ctx context.Context) (Snapshot, error) {
+func (f *Follower[K, V]) resync(ctx context.Context) (Snapshot, string, error) {
 	reader, err := pgx.Connect(ctx, f.dsn)
 	if err != nil {
-		return Snapshot{}, fmt.Errorf("postgres: follower connect: %w", err)
+		return Snapshot{}, "", fmt.Errorf("postgres: follower connect: %w", err)
 	}
 	defer reader.Close(context.WithoutCancel(ctx))
 	query := fmt.Sprintf("SELECT %s::text FROM %s",
@@ -266,9 +275,16 @@ func (f *Follower[K, V]) resync(ctx context.Context) (Snapshot, error) {
 		return rows.Err()
 	})
 	if err != nil {
-		return Snapshot{}, fmt.Errorf("postgres: follower resync: %w", err)
+		return Snapshot{}, "", fmt.Errorf("postgres: follower resync: %w", err)
 	}
-	return sn, nil
+	// Notifications are delivered in commit order, so once this marker
+	// arrives on the LISTEN connection, so has every change committed
+	// before it, including those committed during the read.
+	marker := fmt.Sprintf("%d-%d", reader.PgConn().PID(), rand.Uint64())
+	if _, err := reader.Exec(ctx, `SELECT pg_notify($1, $2)`, Channel(f.table), "S "+marker); err != nil {
+		return Snapshot{}, "", fmt.Errorf("postgres: follower marker: %w", err)
+	}
+	return sn, marker, nil
 }
 
 // apply applies one change another process made.

@@ -139,12 +139,15 @@ func (r *Resizer) migrate(s *shard.Shard) {
 	if s.LoadFactor() < r.threshold || s.Growing() {
 		return
 	}
+	// The sizes are those of the table of doubling d; BeginGrowFrom refuses
+	// if a writer doubled the shard since, so the reservation stays right.
+	d := s.Doublings()
 	need, old := int64(s.NextGrowBytes()), int64(s.TableBytes())
 	if !r.reserve(need) {
 		r.refused.Add(1)
 		return
 	}
-	began, err := s.BeginGrow()
+	began, err := s.BeginGrowFrom(d)
 	if err != nil || !began {
 		r.used.Add(-need)
 		return

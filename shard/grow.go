@@ -31,6 +31,18 @@ func (s *Shard) BeginGrow() (bool, error) {
 	return s.beginGrowLocked()
 }
 
+// BeginGrowFrom starts a doubling, as [Shard.BeginGrow] does, only if the
+// shard has finished exactly doublings doublings, so that a caller that
+// sized the doubling from what it read earlier does not begin a second one.
+func (s *Shard) BeginGrowFrom(doublings int) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if int(s.doublings.Load()) != doublings {
+		return false, nil
+	}
+	return s.beginGrowLocked()
+}
+
 func (s *Shard) beginGrowLocked() (bool, error) {
 	t := s.tab.Load()
 	if t.next.Load() != nil {
