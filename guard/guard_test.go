@@ -103,13 +103,18 @@ func TestModel(t *testing.T) {
 // TestStress runs GOMAXPROCS writers, removers and lock-free readers on a
 // guard that starts small and doubles several times. A reader that checks
 // a key whose add completed before the check began must find it.
+//
+// The writers share 200,000 keys and the removers hold at most 512 keys
+// together, whatever GOMAXPROCS is: more goroutines split the same work.
 func TestStress(t *testing.T) {
 	seed := testSeed(t)
 	procs := max(runtime.GOMAXPROCS(0), 2)
-	perWriter := 200_000 / procs
+	total := 200_000
 	if testing.Short() {
-		perWriter = 10_000
+		total = 20_000
 	}
+	perWriter := total / procs
+	perRemover := max(512/procs, 1)
 	g := mustNew(t, WithCapacity(1000), WithSeed(seed))
 	done := make([]atomic.Int64, procs) // writer w has added keys w/0 .. w/done[w]-1
 	key := func(w, i int) string { return fmt.Sprintf("w%d/%d", w, i) }
@@ -140,7 +145,7 @@ func TestStress(t *testing.T) {
 					return
 				default:
 				}
-				if len(mine) < 256 && r.IntN(2) == 0 {
+				if len(mine) < perRemover && r.IntN(2) == 0 {
 					k := fmt.Sprintf("r%d/%d", w, i)
 					if err := g.AddString(k); err != nil {
 						errc <- fmt.Errorf("remover %d: AddString: %w", w, err)

@@ -400,11 +400,14 @@ func TestLoaderConcurrentModel(t *testing.T) {
 	if err := l.Fill(ctx, s.keys(ctx)); err != nil {
 		t.Fatal(err)
 	}
+	// The workers share a fixed number of operations, so that the guard
+	// saturates and is rebuilt at every GOMAXPROCS, -short included.
 	procs := max(runtime.GOMAXPROCS(0), 2)
-	ops := 20_000
+	total := 40_000
 	if testing.Short() {
-		ops = 3000
+		total = 12_000
 	}
+	ops := total / procs
 	errc := make(chan error, procs)
 	var wg sync.WaitGroup
 	for w := range procs {

@@ -272,13 +272,22 @@ func TestGrowFromDoublesOnce(t *testing.T) {
 // TestStress runs GOMAXPROCS writers, churners and lock-free readers on one
 // small shard that fills, kicks and doubles. A reader that checks an item
 // whose insert completed before the check began must find it.
+//
+// The work is sized from what the test checks, not from the core count:
+// the writers share stressItems items, enough to double the shard from 2^6
+// buckets 8 times and fill it to a load of about 0.92 while they race, and the
+// churners share stressChurn held items. More goroutines split the same
+// work more ways, so the test means the same at every GOMAXPROCS (and an
+// insert that meets a real limit, ErrSaturated, still fails it loudly).
 func TestStress(t *testing.T) {
 	seed := testSeed(t)
 	procs := max(runtime.GOMAXPROCS(0), 2)
-	perWriter := 30_000
+	total := stressItems
 	if testing.Short() {
-		perWriter = 5_000
+		total = stressItems / 6
 	}
+	perWriter := total / procs
+	perChurner := max(stressChurn/procs, 1)
 	s := mustNew(t, 6)
 
 	// Writer w inserts items[w][0..], publishing in done[w] how many are in.
@@ -329,7 +338,7 @@ func TestStress(t *testing.T) {
 					return
 				default:
 				}
-				if len(mine) < 64 && r.IntN(2) == 0 {
+				if len(mine) < perChurner && r.IntN(2) == 0 {
 					it := randomItem(r)
 					if err := insert(it); err != nil {
 						errc <- err
@@ -434,6 +443,14 @@ func TestStress(t *testing.T) {
 		t.Errorf("the shard never doubled; the stress test did not exercise Grow")
 	}
 }
+
+// Sizes of TestStress: the writers' items together, and the items the
+// churners hold at most together. With 2^6 buckets and 8 doublings the
+// shard holds 65,536 slots; the two leave it about 8% of them free.
+const (
+	stressItems = 60_000
+	stressChurn = 128
+)
 
 // TestFPRAfterDoublings fills a shard to load 0.9, measures its
 // false-positive rate on absent items, doubles it, fills it to 0.9 again,

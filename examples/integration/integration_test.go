@@ -177,16 +177,18 @@ func TestFailedWriteRollsBack(t *testing.T) {
 	})
 }
 
-// runWorkload runs inserts, deletes and gets of random ids from several
-// goroutines for the given number of operations each and fails if a Get of
-// a row whose insert had returned (and whose delete had not begun) says
-// ErrNotFound.
-func runWorkload(t *testing.T, l *guard.Loader[int64, userdb.User], db *userdb.DB, base int64, ops int) {
+// runWorkload runs total inserts, deletes and gets of random ids, shared
+// by several goroutines, and fails if a Get of a row whose insert had
+// returned (and whose delete had not begun) says ErrNotFound. The number of
+// goroutines follows GOMAXPROCS (two per core, 4 to 32); the total work
+// does not.
+func runWorkload(t *testing.T, l *guard.Loader[int64, userdb.User], db *userdb.DB, base int64, total int) {
 	t.Helper()
 	ctx := context.Background()
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("workload seed %d", seed)
-	procs := max(runtime.GOMAXPROCS(0), 2) * 2
+	procs := min(max(runtime.GOMAXPROCS(0), 2)*2, 32)
+	ops := max(total/procs, 1)
 	errc := make(chan error, procs)
 	var wg sync.WaitGroup
 	var next atomic.Int64
@@ -251,9 +253,9 @@ func TestConcurrentWritesNeverFalseNegative(t *testing.T) {
 				t.Error(err)
 			}
 		})
-		runWorkload(t, l, db, 1_000_000, 300)
+		runWorkload(t, l, db, 1_000_000, 1200)
 		wg.Wait()
-		runWorkload(t, l, db, 2_000_000, 300)
+		runWorkload(t, l, db, 2_000_000, 1200)
 		for id := range db.IDs(ctx) {
 			if _, err := l.Get(ctx, id); err != nil {
 				t.Fatalf("Get(%d) after the run: %v", id, err)
@@ -284,7 +286,7 @@ func TestRebuildUnderLoad(t *testing.T) {
 		if err := l.Fill(ctx, db.IDs(ctx)); err != nil {
 			t.Fatal(err)
 		}
-		runWorkload(t, l, db, 1_000_000, 600)
+		runWorkload(t, l, db, 1_000_000, 2400)
 		for l.Stats().Rebuilding {
 			runtime.Gosched()
 		}
