@@ -19,17 +19,51 @@
 //     added, removed, evicted or the shard is doubling.
 //   - False positives: an absent key is reported present with probability
 //     about 8·α/2^16 ≈ 1.1e-4 at load α = 0.9 before any doubling. Each
-//     doubling of a shard halves its tail bits and so doubles that shard's
-//     rate at the same load. [Guard.Stats] reports the current estimate.
+//     doubling of a shard removes one of its tail bits and so doubles that
+//     shard's rate at the same load. [Guard.Stats] reports the current
+//     estimate.
 //   - Memory: about 16/α bits per key; a guard filled to the capacity given
 //     to [WithCapacity] (≥ 10,000) uses at most 20 bits per key.
 //   - Growth: a shard doubles when its load reaches the grow threshold, up
 //     to 256× its initial size or the memory cap ([WithMaxBytes]). Past
 //     that [Guard.Add] returns [ErrFull]; no add is ever dropped silently.
-//     Each doubling halves a shard's tail bits and so doubles its
-//     false-positive rate at the same load. Measured at load 0.9: 1.2e-4
+//     Each doubling takes one tail bit from every slot of a shard and so
+//     doubles its false-positive rate at the same load. Measured at load 0.9: 1.2e-4
 //     after no doubling, 4.6e-4 after 2, 1.8e-3 after 4, 7.0e-3 after 6 and
 //     2.8e-2 after 8.
+//
+// # Copies and removals
+//
+// The set counts copies, and [Guard.Remove] may only remove a copy the
+// guard holds: removing a key that was never added can take the copy of
+// another key with the same fingerprint in a shared bucket, which then
+// reads absent. The [Loader] keeps this on every path by one rule: each
+// creation of a row adds one copy of its key before a reader can see the
+// row, and a copy is removed only by a delete known to come after the
+// creation whose copy it removes.
+//
+//   - Warm-up ([Loader.Fill]): the fill adds one copy per row it reads,
+//     and [Loader.Insert] one per row it writes (a row both read and
+//     written gets two, which is harmless). A Delete that begins before the
+//     fill is done removes nothing: the fill may not have read its row yet.
+//   - Steady state: Insert adds before its write and takes the copy back
+//     only when the write certainly failed ([NotWritten]). Delete removes
+//     after the store confirmed the delete, from the guard that was
+//     complete when the Delete began; rebuilds wait for it.
+//   - Rebuild (key source): the new guard receives every insert from the
+//     moment it is installed, and then reads the key source; deletes reach
+//     only the old guard, so the new one may keep a deleted key (a false
+//     positive), never miss a live one.
+//   - Catch-up ([Loader.CatchUp]) over a restored snapshot: the store's
+//     changes since the snapshot are applied once each, this process's own
+//     deletes included, which therefore remove nothing themselves while the
+//     Loader catches up.
+//   - Change feed ([Loader.AttachFeed], the postgres follower): Delete
+//     removes nothing; the feed applies every delete, this process's own
+//     included, in commit order, after the creation it undoes (added by
+//     Insert, by an earlier change, or by the feed's snapshot read). The
+//     feed skips only this process's own inserts. Rebuilds go through the
+//     feed's snapshot-aware [Loader.Resync].
 //
 // # Hash layout
 //

@@ -27,8 +27,10 @@ type Guard struct {
 	lay    layout
 	seed   uint64
 
+	cfg    config          // what the guard was made with; a rebuild starts from it
 	rs     *resize.Resizer // doubles shards in the background; stopped by Close
 	closed atomic.Bool
+	owned  atomic.Bool // a Loader owns the guard and closes it
 
 	adds     *xsync.Counter
 	removes  *xsync.Counter
@@ -42,6 +44,11 @@ func New(opts ...Option) (*Guard, error) {
 	for _, o := range opts {
 		o(&c)
 	}
+	return newGuard(c)
+}
+
+// newGuard returns an empty Guard configured by c.
+func newGuard(c config) (*Guard, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
@@ -77,6 +84,8 @@ func New(opts ...Option) (*Guard, error) {
 // Resizer. It is the last step of New and Restore: the Resizer starts a
 // goroutine, and they must not return an error after that.
 func (g *Guard) start(c config) error {
+	c.seed, c.seedSet = g.seed, true
+	g.cfg = c
 	used := g.bytes()
 	if c.maxBytes != 0 && c.maxBytes < used {
 		return fmt.Errorf("guard: memory cap %d bytes is below the %d bytes the guard needs", c.maxBytes, used)

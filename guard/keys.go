@@ -4,15 +4,12 @@ import (
 	"encoding/binary"
 	"fmt"
 	"reflect"
-	"strconv"
 	"unsafe"
 )
 
-// keyCodec turns keys of type K into the guard's hash and into the string
-// that coalesces concurrent loads of the same key.
+// keyCodec turns keys of type K into the guard's hash.
 type keyCodec[K comparable] struct {
 	hash func(g *Guard, k K) uint64
-	str  func(k K) string
 }
 
 // newKeyCodec returns the codec for K. Keys whose underlying type is a
@@ -23,7 +20,6 @@ func newKeyCodec[K comparable](custom func(K) []byte) (keyCodec[K], error) {
 	if custom != nil {
 		return keyCodec[K]{
 			hash: func(g *Guard, k K) uint64 { return g.Hash(custom(k)) },
-			str:  func(k K) string { return string(custom(k)) },
 		}, nil
 	}
 	t := reflect.TypeFor[K]()
@@ -31,23 +27,19 @@ func newKeyCodec[K comparable](custom func(K) []byte) (keyCodec[K], error) {
 	case reflect.String:
 		return keyCodec[K]{
 			hash: func(g *Guard, k K) uint64 { return g.HashString(*(*string)(unsafe.Pointer(&k))) },
-			str:  func(k K) string { return *(*string)(unsafe.Pointer(&k)) },
 		}, nil
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		return keyCodec[K]{
 			hash: func(g *Guard, k K) uint64 { return hashUint64(g, uint64(signed(&k))) },
-			str:  func(k K) string { return strconv.FormatInt(signed(&k), 10) },
 		}, nil
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
 		return keyCodec[K]{
 			hash: func(g *Guard, k K) uint64 { return hashUint64(g, unsigned(&k)) },
-			str:  func(k K) string { return strconv.FormatUint(unsigned(&k), 10) },
 		}, nil
 	case reflect.Array:
 		if t.Elem().Kind() == reflect.Uint8 {
 			return keyCodec[K]{
 				hash: func(g *Guard, k K) uint64 { return g.Hash(arrayBytes(&k)) },
-				str:  func(k K) string { return string(arrayBytes(&k)) },
 			}, nil
 		}
 	}

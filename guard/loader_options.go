@@ -29,6 +29,7 @@ type loaderConfig struct {
 	keyBytes    any // func(K) []byte, checked in NewLoader
 	keySource   any // func(context.Context) iter.Seq2[K, error]
 	isNotFound  func(error) bool
+	notWritten  func(error) bool
 	negSize     int
 	negTTL      time.Duration
 	maxFPR      float64
@@ -60,6 +61,17 @@ func WithKeySource[K comparable](source func(ctx context.Context) iter.Seq2[K, e
 // [errors.Is].
 func WithNotFound(isNotFound func(error) bool) LoaderOption {
 	return func(c *loaderConfig) { c.isNotFound = isNotFound }
+}
+
+// WithRollback sets how [Loader.Insert] decides, from its write's error,
+// that the write certainly changed nothing, so that the key may leave the
+// guard again: notWritten reports true only for such errors. An error for
+// which it reports false keeps the key in the guard, a possible false
+// positive; reporting true for a write that did commit would make its row
+// read absent, a false negative, so when in doubt report false. The
+// default is [NotWritten].
+func WithRollback(notWritten func(err error) bool) LoaderOption {
+	return func(c *loaderConfig) { c.notWritten = notWritten }
 }
 
 // WithNegativeCache remembers, for ttl, up to size keys that the guard let
@@ -97,8 +109,8 @@ func WithFillProgress(progress func(added int64)) LoaderOption {
 	return func(c *loaderConfig) { c.progress = progress }
 }
 
-// WithLogger sets where the Loader logs fills and rebuilds. The default is
-// [slog.Default].
+// WithLogger sets where the Loader logs fills, rebuilds and failed
+// rebuilds. By default it logs nothing: a library speaks only when asked.
 func WithLogger(l *slog.Logger) LoaderOption {
 	return func(c *loaderConfig) { c.logger = l }
 }
@@ -109,8 +121,12 @@ func WithFillWorkers(n int) LoaderOption {
 	return func(c *loaderConfig) { c.fillWorkers = n }
 }
 
-// WithRebuildOptions sets the options of the guards a rebuild makes, for
-// example [WithMaxBytes]. Capacity and seed are chosen by the rebuild.
+// WithRebuildOptions changes the options of the guards a rebuild makes.
+// A rebuilt guard has the configuration of the guard it replaces (memory
+// cap, shard count, grow threshold, grow workers and seed), so most
+// Loaders need no rebuild options; opts apply on top of it. The seed and
+// the capacity are chosen by the rebuild: the capacity is the keys the old
+// guard holds and a quarter more, at least its own capacity.
 func WithRebuildOptions(opts ...Option) LoaderOption {
 	return func(c *loaderConfig) { c.guardOpts = opts }
 }
@@ -124,7 +140,13 @@ func defaultIsNotFound(err error) bool {
 	return errors.Is(err, sql.ErrNoRows) || errors.Is(err, ErrNotFound)
 }
 
+// discardLogger is the Loader's logger unless WithLogger sets one.
+var discardLogger = slog.New(slog.DiscardHandler)
+
 func (c *loaderConfig) validate() error {
+	if c.notWritten == nil || c.isNotFound == nil || c.logger == nil {
+		return errors.New("guard: WithRollback, WithNotFound and WithLogger need a non-nil argument")
+	}
 	if c.negSize < 0 || c.negSize > 0 && c.negTTL <= 0 {
 		return fmt.Errorf("guard: negative cache of %d keys for %v is invalid", c.negSize, c.negTTL)
 	}

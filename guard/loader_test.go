@@ -131,69 +131,100 @@ func TestLoaderWarmUpAndShortCircuit(t *testing.T) {
 	}
 }
 
+// TestLoaderCoalescesAndHonoursContext checks that concurrent Gets of one
+// key share one store call, that a waiter whose ctx ends leaves at once
+// while the call goes on for the others, and that when the Get running the
+// call leaves, its call is cancelled and the waiters start a new one
+// rather than fail.
 func TestLoaderCoalescesAndHonoursContext(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		release := make(chan struct{})
-		var calls atomic.Int64
-		lookup := func(ctx context.Context, k string) (string, error) {
-			calls.Add(1)
-			<-release
+	for _, leaderLeaves := range []bool{false, true} {
+		t.Run(fmt.Sprintf("leader-leaves=%v", leaderLeaves), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { testCoalesce(t, leaderLeaves) })
+		})
+	}
+}
+
+func testCoalesce(t *testing.T, leaderLeaves bool) {
+	release := make(chan struct{})
+	var calls, cancelled atomic.Int64
+	lookup := func(ctx context.Context, k string) (string, error) {
+		calls.Add(1)
+		select {
+		case <-release:
 			return "v", nil
+		case <-ctx.Done(): // a store that honours ctx, as database/sql does
+			cancelled.Add(1)
+			return "", ctx.Err()
 		}
-		g, err := New()
-		if err != nil {
+	}
+	g, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := NewLoader(g, lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	l.MarkReady()
+	if err := l.Insert(context.Background(), "k", func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	// The first Get runs the store call; eight more wait on it; one of
+	// the nine gives up.
+	get := func(ctx context.Context, res chan<- error) {
+		v, err := l.Get(ctx, "k")
+		if err == nil && v != "v" {
+			err = fmt.Errorf("Get = %q, want v", v)
+		}
+		res <- err
+	}
+	cctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	results := make(chan error, 8)
+	if leaderLeaves {
+		go get(cctx, gaveUp)
+	} else {
+		go get(context.Background(), results)
+	}
+	synctest.Wait() // the store call is running
+	for i := range 8 {
+		if !leaderLeaves && i == 0 {
+			go get(cctx, gaveUp)
+		} else {
+			go get(context.Background(), results)
+		}
+	}
+	synctest.Wait() // every Get is waiting
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("%d store calls for 9 concurrent Gets of one key, want 1", n)
+	}
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Get = %v, want context.Canceled", err)
+	}
+	synctest.Wait()
+	wantCalls, wantCancelled := int64(1), int64(0)
+	if leaderLeaves {
+		// The leader's call was cancelled with it; the waiters started
+		// one new call between them.
+		wantCalls, wantCancelled = 2, 1
+	}
+	if calls.Load() != wantCalls || cancelled.Load() != wantCancelled {
+		t.Fatalf("after the cancel: %d store calls, %d cancelled; want %d, %d", calls.Load(), cancelled.Load(), wantCalls, wantCancelled)
+	}
+	close(release) // the running call completes for everyone still waiting
+	for range 8 {
+		if err := <-results; err != nil {
 			t.Fatal(err)
 		}
-		l, err := NewLoader(g, lookup)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		l.MarkReady()
-		if err := l.Insert(context.Background(), "k", func(context.Context) error { return nil }); err != nil {
-			t.Fatal(err)
-		}
-		// Nine Gets of one key wait on one store call; one of them gives up.
-		cctx, cancel := context.WithCancel(context.Background())
-		gaveUp := make(chan error, 1)
-		go func() {
-			_, err := l.Get(cctx, "k")
-			gaveUp <- err
-		}()
-		var wg sync.WaitGroup
-		results := make(chan string, 8)
-		for range 8 {
-			wg.Go(func() {
-				v, err := l.Get(context.Background(), "k")
-				if err != nil {
-					t.Errorf("Get: %v", err)
-				}
-				results <- v
-			})
-		}
-		synctest.Wait() // every Get is waiting
-		if n := calls.Load(); n != 1 {
-			t.Fatalf("%d store calls for 9 concurrent Gets of one key, want 1", n)
-		}
-		cancel()
-		if err := <-gaveUp; !errors.Is(err, context.Canceled) {
-			t.Fatalf("cancelled Get = %v, want context.Canceled", err)
-		}
-		close(release) // the shared call still completes for the others
-		wg.Wait()
-		close(results)
-		for v := range results {
-			if v != "v" {
-				t.Fatalf("Get = %q, want v", v)
-			}
-		}
-		if n := calls.Load(); n != 1 {
-			t.Fatalf("%d store calls, want 1", n)
-		}
-		if _, err := l.Get(cctx, "k"); !errors.Is(err, context.Canceled) {
-			t.Fatalf("Get with a done ctx = %v", err)
-		}
-	})
+	}
+	if calls.Load() != wantCalls {
+		t.Fatalf("%d store calls, want %d", calls.Load(), wantCalls)
+	}
+	if _, err := l.Get(cctx, "k"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Get with a done ctx = %v", err)
+	}
 }
 
 func TestLoaderInsertDeleteOrdering(t *testing.T) {
@@ -310,7 +341,7 @@ type compound struct {
 
 func TestLoaderKeyTypes(t *testing.T) {
 	ctx := context.Background()
-	g := mustNew(t)
+	g := func() *Guard { return mustNew(t, WithSeed(7)) } // each Loader owns its guard
 	check := func(t *testing.T, err error) {
 		t.Helper()
 		if err != nil {
@@ -318,9 +349,9 @@ func TestLoaderKeyTypes(t *testing.T) {
 		}
 	}
 	t.Run("named string", func(t *testing.T) {
-		l, err := NewLoader(g, func(context.Context, userID) (int, error) { return 1, nil })
+		l, err := NewLoader(g(), func(context.Context, userID) (int, error) { return 1, nil })
 		check(t, err)
-		if l.Hash("a") != g.HashString("a") {
+		if l.Hash("a") != l.Guard().HashString("a") {
 			t.Fatalf("a userID key does not hash as its string")
 		}
 		l.MarkReady()
@@ -329,38 +360,35 @@ func TestLoaderKeyTypes(t *testing.T) {
 		}
 	})
 	t.Run("int32", func(t *testing.T) {
-		l, err := NewLoader(g, func(context.Context, int32) (int, error) { return 1, nil })
+		l, err := NewLoader(g(), func(context.Context, int32) (int, error) { return 1, nil })
 		check(t, err)
-		l64, err := NewLoader(g, func(context.Context, int64) (int, error) { return 1, nil })
+		l64, err := NewLoader(g(), func(context.Context, int64) (int, error) { return 1, nil })
 		check(t, err)
 		if l.Hash(-5) != l64.Hash(-5) || l.Hash(5) == l.Hash(6) {
 			t.Fatalf("integer keys do not hash by value")
-		}
-		if l.codec.str(-5) != "-5" {
-			t.Fatalf("str(-5) = %q", l.codec.str(-5))
 		}
 		if n := testing.AllocsPerRun(100, func() { l.MayContain(42) }); n != 0 {
 			t.Fatalf("MayContain allocates %v times", n)
 		}
 	})
 	t.Run("uint16 and byte array", func(t *testing.T) {
-		lu, err := NewLoader(g, func(context.Context, uint16) (int, error) { return 1, nil })
+		lu, err := NewLoader(g(), func(context.Context, uint16) (int, error) { return 1, nil })
 		check(t, err)
-		if lu.Hash(65535) != hashUint64(g, 65535) {
+		if lu.Hash(65535) != hashUint64(lu.Guard(), 65535) {
 			t.Fatalf("uint16 key hashes wrongly")
 		}
-		la, err := NewLoader(g, func(context.Context, [4]byte) (int, error) { return 1, nil })
+		la, err := NewLoader(g(), func(context.Context, [4]byte) (int, error) { return 1, nil })
 		check(t, err)
-		if la.Hash([4]byte{1, 2, 3, 4}) != g.Hash([]byte{1, 2, 3, 4}) {
+		if la.Hash([4]byte{1, 2, 3, 4}) != la.Guard().Hash([]byte{1, 2, 3, 4}) {
 			t.Fatalf("a byte-array key does not hash as its bytes")
 		}
 	})
 	t.Run("struct needs WithKeyBytes", func(t *testing.T) {
 		lookup := func(context.Context, compound) (int, error) { return 1, nil }
-		if _, err := NewLoader(g, lookup); err == nil {
+		if _, err := NewLoader(g(), lookup); err == nil {
 			t.Fatalf("NewLoader accepted a struct key without WithKeyBytes")
 		}
-		l, err := NewLoader(g, lookup, WithKeyBytes(func(c compound) []byte { return []byte(strconv.Itoa(c.a) + "/" + c.b) }))
+		l, err := NewLoader(g(), lookup, WithKeyBytes(func(c compound) []byte { return []byte(strconv.Itoa(c.a) + "/" + c.b) }))
 		check(t, err)
 		l.MarkReady()
 		if err := l.Insert(ctx, compound{1, "x"}, func(context.Context) error { return nil }); err != nil {
@@ -369,34 +397,53 @@ func TestLoaderKeyTypes(t *testing.T) {
 		if !l.MayContain(compound{1, "x"}) {
 			t.Fatalf("false negative with a custom encoder")
 		}
-		if _, err := NewLoader(g, lookup, WithKeyBytes(func(s string) []byte { return []byte(s) })); err == nil {
+		if _, err := NewLoader(g(), lookup, WithKeyBytes(func(s string) []byte { return []byte(s) })); err == nil {
 			t.Fatalf("NewLoader accepted an encoder for the wrong key type")
 		}
 	})
 	t.Run("bad options", func(t *testing.T) {
 		lookup := func(context.Context, string) (int, error) { return 1, nil }
 		for _, o := range []LoaderOption{WithMaxFPR(0), WithLoadTimeout(-time.Second), WithNegativeCache(10, 0), WithFillWorkers(0)} {
-			if _, err := NewLoader(g, lookup, o); err == nil {
+			if _, err := NewLoader(g(), lookup, o); err == nil {
 				t.Errorf("NewLoader accepted an invalid option")
 			}
 		}
 		if _, err := NewLoader[string, int](nil, lookup); err == nil {
 			t.Errorf("NewLoader accepted a nil guard")
 		}
+		for _, o := range []LoaderOption{WithRollback(nil), WithNotFound(nil), WithLogger(nil)} {
+			if _, err := NewLoader(g(), lookup, o); err == nil {
+				t.Errorf("NewLoader accepted a nil function or logger")
+			}
+		}
+	})
+	t.Run("one Loader per guard", func(t *testing.T) {
+		lookup := func(context.Context, string) (int, error) { return 1, nil }
+		shared := g()
+		if _, err := NewLoader(shared, lookup, WithMaxFPR(0)); err == nil {
+			t.Fatal("NewLoader accepted an invalid option")
+		}
+		// The failed NewLoader did not claim the guard; this one does.
+		if _, err := NewLoader(shared, lookup); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := NewLoader(shared, lookup); err == nil {
+			t.Fatal("a second Loader took a guard that the first one closes")
+		}
 	})
 }
 
 // TestLoaderConcurrentModel runs inserts, deletes and gets from many
 // goroutines against an in-memory store, with a guard that starts small
-// and a tight memory cap on rebuilds so that shards saturate, pass through
-// and get rebuilt. A row whose Insert returned must never read ErrNotFound
-// until its Delete begins.
+// under a tight memory cap, so that shards saturate, pass through and get
+// rebuilt (without the cap: WithRebuildOptions lifts it). A row whose
+// Insert returned must never read ErrNotFound until its Delete begins.
 func TestLoaderConcurrentModel(t *testing.T) {
 	seed := testSeed(t)
 	ctx := context.Background()
 	s := newMemStore[string]()
 	l := newTestLoader(t, s, []Option{WithCapacity(1000), WithShards(2), WithMaxBytes(8 << 10), WithSeed(seed)},
-		WithKeySource(s.keys), WithNegativeCache(1000, time.Minute))
+		WithKeySource(s.keys), WithNegativeCache(1000, time.Minute), WithRebuildOptions(WithMaxBytes(0)))
 	if err := l.Fill(ctx, s.keys(ctx)); err != nil {
 		t.Fatal(err)
 	}
@@ -475,7 +522,8 @@ func TestLoaderRebuildDuringFill(t *testing.T) {
 		for i := range 5000 {
 			s.put(i, "r")
 		}
-		l := newTestLoader(t, s, []Option{WithCapacity(500), WithShards(2), WithMaxBytes(3000)}, WithKeySource(s.keys), WithFillWorkers(2))
+		l := newTestLoader(t, s, []Option{WithCapacity(500), WithShards(2), WithMaxBytes(3000)}, WithKeySource(s.keys), WithFillWorkers(2),
+			WithRebuildOptions(WithMaxBytes(0)))
 		if err := l.Fill(ctx, s.keys(ctx)); err != nil {
 			t.Fatalf("round %d: Fill: %v", round, err)
 		}
@@ -575,6 +623,20 @@ func TestLoaderApplyInvalidateResync(t *testing.T) {
 	ctx := context.Background()
 	s := newMemStore[int]()
 	l := newTestLoader(t, s, []Option{WithCapacity(1000)})
+	if err := l.Apply(Change[int]{Key: 1}); !errors.Is(err, errNoFeed) {
+		t.Fatalf("Apply without a feed = %v, want an error", err)
+	}
+	var resyncs atomic.Int64
+	detach, err := l.AttachFeed(func() { resyncs.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.AttachFeed(func() {}); err == nil {
+		t.Fatal("a second feed was attached")
+	}
+	if l.Ready() {
+		t.Fatal("ready after AttachFeed, before the feed resynced")
+	}
 	l.MarkReady()
 	s.put(1, "r")
 	if err := l.Apply(Change[int]{Key: 1}); err != nil {
@@ -594,7 +656,7 @@ func TestLoaderApplyInvalidateResync(t *testing.T) {
 	for i := range 100 {
 		s.put(i, "r")
 	}
-	err := l.Resync(ctx, func(ctx context.Context, add func(int) error, remove func(int)) error {
+	err = l.Resync(ctx, func(ctx context.Context, add func(int) error, remove func(int)) error {
 		if l.Ready() {
 			t.Error("Loader ready during Resync")
 		}
@@ -625,5 +687,24 @@ func TestLoaderApplyInvalidateResync(t *testing.T) {
 	}
 	if n := l.Guard().Len(); n != 101 {
 		t.Fatalf("%d keys after Resync, want 101", n)
+	}
+	// A rebuild the Loader needs is asked of the feed, at most once per
+	// interval.
+	l.rebuild()
+	l.rebuild()
+	if n := resyncs.Load(); n != 1 {
+		t.Fatalf("%d resyncs asked of the feed, want 1", n)
+	}
+	// Detached, the Loader cannot know what it lacks, and Apply refuses.
+	detach()
+	detach()
+	if l.Ready() {
+		t.Fatal("ready after the feed detached")
+	}
+	if err := l.Apply(Change[int]{Key: 1}); !errors.Is(err, errNoFeed) {
+		t.Fatalf("Apply after detach = %v", err)
+	}
+	if _, err := l.AttachFeed(func() {}); err != nil {
+		t.Fatalf("AttachFeed after detach: %v", err)
 	}
 }

@@ -201,3 +201,22 @@ func mixed(c float64, k int, threshold float64) (layout, bool) {
 	}
 	return layout{}, false
 }
+
+// capacityWithin returns the largest capacity, up to c.capacity, for which
+// a guard configured by c fits in c.maxBytes (0 if none does).
+func capacityWithin(c config) int {
+	fits := func(n int) bool {
+		l, err := plan(n, c.shards, c.growThreshold)
+		return err == nil && guardBytes+l.bytes() <= c.maxBytes
+	}
+	lo, hi := 0, c.capacity // fits(lo) or lo == 0
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if fits(mid) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
+}

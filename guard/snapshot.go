@@ -193,6 +193,9 @@ func Restore(r io.Reader, opts ...Option) (*Guard, error) {
 	if got := binary.LittleEndian.Uint64(sum[:]); got != want {
 		return nil, fmt.Errorf("%w: checksum %#x, computed %#x", ErrSnapshot, got, want)
 	}
+	// The snapshot does not record the capacity the guard was made with:
+	// a rebuild sizes its replacement from the keys it holds.
+	c.capacity = max(g.Len(), 1)
 	if err := g.start(c); err != nil {
 		return nil, err
 	}

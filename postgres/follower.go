@@ -41,21 +41,28 @@ func (s State) String() string {
 // errResync ends a session when a notification asks for a resync.
 var errResync = errors.New("postgres: resync requested")
 
-// Follower keeps a guard.Loader in step with the writes other processes
-// make to a table, from the notifications of the trigger of [Install].
+// Follower keeps a guard.Loader in step with the writes made to a table,
+// from the notifications of the trigger of [Install].
 //
-// [Follower.Run] connects a dedicated connection, LISTENs, reads every key
-// under a snapshot into a fresh guard ([guard.Loader.Resync]) and then
-// applies each notification the read did not see, in commit order,
-// skipping the writes tagged with this process's own origin
-// ([TagOrigin]), which its Loader applied already. If the connection
-// drops, the Loader is invalidated (every lookup passes through), and Run
-// reconnects with backoff and resyncs. No false negative at any point;
-// other processes' writes become visible after the notification delay
-// (the staleness, measured in the package tests).
+// [Follower.Run] attaches itself to the Loader as its change feed
+// ([guard.Loader.AttachFeed]), connects a dedicated connection, LISTENs,
+// reads every key under a snapshot into a fresh guard
+// ([guard.Loader.Resync]) and then applies each notification the read did
+// not see, in commit order: every delete and key update, this process's
+// own included, and the inserts of other processes. It skips only the
+// inserts tagged with this process's own origin ([TagOrigin]), which its
+// Loader added before writing them; the Loader's own deletes remove
+// nothing themselves, so that each removal follows the creation it undoes
+// (see FOLLOWER.md for the whole argument). If the connection drops, the
+// Loader is invalidated (every lookup passes through), and Run reconnects
+// with backoff and resyncs. When the Loader needs a fresh guard (a shard
+// that cannot take a key, or too high a false-positive rate), Run resyncs
+// too. No false negative at any point; other processes' writes become
+// visible after the notification delay (the staleness, measured in the
+// package tests).
 //
 // A Follower is safe for concurrent use: Run in one goroutine, Stats from
-// any.
+// any. A Loader follows one Follower at a time.
 type Follower[K comparable, V any] struct {
 	loader  *guard.Loader[K, V]
 	dsn     string
@@ -76,6 +83,7 @@ type Follower[K comparable, V any] struct {
 	lastApplied atomic.Int64 // unix nanoseconds
 	mu          sync.Mutex   // protects lastErr
 	lastErr     error
+	resyncReq   chan struct{} // buffered 1: the Loader asked for a fresh guard
 }
 
 // FollowerOption configures a Follower.
@@ -97,10 +105,12 @@ func WithMaxLag(d time.Duration) FollowerOption {
 	return func(c *followerConfig) { c.maxLag = d }
 }
 
-// WithOrigin sets this process's origin tag: notifications of writes
+// WithOrigin sets this process's origin tag: notifications of inserts
 // tagged with it ([TagOrigin]) are skipped, because this process's Loader
-// applied them itself. Every process that writes through a Loader must tag
-// its writes and follow with its own origin.
+// added their keys itself. Deletes and key updates are applied whatever
+// their origin. Tag the writes made through the Loader with the same
+// origin; without tags every insert is applied twice here (one extra copy,
+// a false positive, until the next resync), never missed.
 func WithOrigin(origin string) FollowerOption {
 	return func(c *followerConfig) { c.origin = origin }
 }
@@ -129,13 +139,21 @@ func NewFollower[K comparable, V any](loader *guard.Loader[K, V], dsn, table, ke
 		return nil, fmt.Errorf("postgres: follower: %w", err)
 	}
 	return &Follower[K, V]{loader: loader, dsn: dsn, table: table, key: keyColumn, parse: parse,
-		origin: c.origin, backoff: c.backoff, maxLag: c.maxLag}, nil
+		origin: c.origin, backoff: c.backoff, maxLag: c.maxLag, resyncReq: make(chan struct{}, 1)}, nil
 }
 
 // Run follows the table until ctx ends, reconnecting after failures, and
 // returns ctx.Err(). Until its first resync completes the Loader passes
-// every lookup through.
+// every lookup through, and when Run returns the Loader is invalid again
+// (it cannot know what it misses without the feed). Run returns an error at
+// once if the Loader has another change feed, such as a Follower whose Run
+// has not returned.
 func (f *Follower[K, V]) Run(ctx context.Context) error {
+	detach, err := f.loader.AttachFeed(f.requestResync)
+	if err != nil {
+		return fmt.Errorf("postgres: follower: %w", err)
+	}
+	defer detach()
 	delay := f.backoff
 	for {
 		err := f.session(ctx)
@@ -164,8 +182,36 @@ func (f *Follower[K, V]) Run(ctx context.Context) error {
 	}
 }
 
-// session connects, resyncs and applies notifications until an error.
+// requestResync is the Loader's request for a fresh guard: the session
+// in progress ends, and the next one resyncs. It does not block.
+func (f *Follower[K, V]) requestResync() {
+	select {
+	case f.resyncReq <- struct{}{}:
+	default: // one is pending already
+	}
+}
+
+// session connects, resyncs and applies notifications until an error, or
+// until the Loader asks for a resync (errResync).
 func (f *Follower[K, V]) session(ctx context.Context) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-f.resyncReq:
+			cancel(errResync)
+		case <-ctx.Done():
+		}
+	}()
+	err := f.follow(ctx)
+	if context.Cause(ctx) == errResync {
+		return errResync
+	}
+	return err
+}
+
+// follow is one session: connect, LISTEN, resync, apply.
+func (f *Follower[K, V]) follow(ctx context.Context) error {
 	listen, err := pgx.Connect(ctx, f.dsn)
 	if err != nil {
 		return fmt.Errorf("postgres: follower connect: %w", err)
@@ -217,7 +263,11 @@ func (f *Follower[K, V]) session(ctx context.Context) error {
 			f.loader.MarkReady()
 			f.state.Store(int32(Following))
 		}
-		if (f.origin != "" && c.Origin == f.origin) || sn.Visible(c.TxID) {
+		// Skip what the read saw, and this process's own inserts (its
+		// Loader added them before writing). Its own deletes and updates
+		// are applied here: the Loader's Delete removes nothing while a
+		// feed is attached.
+		if sn.Visible(c.TxID) || (f.origin != "" && c.Origin == f.origin && c.Op == Insert) {
 			f.skipped.Add(1)
 			continue
 		}
@@ -287,7 +337,7 @@ func (f *Follower[K, V]) resync(ctx context.Context) (Snapshot, string, error) {
 	return sn, marker, nil
 }
 
-// apply applies one change another process made.
+// apply applies one change to the Loader.
 func (f *Follower[K, V]) apply(c Change) error {
 	parse := func(s string) (K, error) {
 		k, err := f.parse(s)
@@ -316,7 +366,7 @@ func (f *Follower[K, V]) apply(c Change) error {
 type FollowerStats struct {
 	State       State
 	Applied     int64         // notifications applied
-	Skipped     int64         // notifications of own writes, or seen by the last read
+	Skipped     int64         // notifications of own inserts, or seen by the last read
 	Resyncs     int64         // completed reads of the whole table
 	Failures    int64         // sessions that ended in an error
 	BackendPID  uint32        // of the LISTEN connection, 0 when not connected

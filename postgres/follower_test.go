@@ -146,7 +146,13 @@ func setupUsers(t *testing.T, seed int) string {
 	return fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable&search_path=%s", cfg.User, cfg.Host, cfg.Port, cfg.Database, schema)
 }
 
-// converge waits until every replica's guard holds every live id.
+// converge waits until every replica's guard holds every live id, and at
+// least one copy for each: every creation added one copy (the writer's
+// Loader, the others' feeds, or a resync's read) and every delete removed
+// one, whichever replica made it. A missing copy would be a false negative
+// waiting for a colliding key. An insert through a replica that commits
+// while that replica's resync reads the table is counted twice (a false
+// positive until the next resync); converge logs such extra copies.
 func converge(t *testing.T, replicas []*replica, live func() []int64) time.Duration {
 	t.Helper()
 	start := time.Now()
@@ -160,6 +166,15 @@ func converge(t *testing.T, replicas []*replica, live func() []int64) time.Durat
 				}
 				runtime.Gosched()
 			}
+		}
+		for r.loader.Guard().Len() < len(ids) {
+			if time.Since(start) > 30*time.Second {
+				t.Fatalf("replica %s holds %d copies for %d live ids: %+v", r.id, r.loader.Guard().Len(), len(ids), r.follower.Stats())
+			}
+			runtime.Gosched()
+		}
+		if extra := r.loader.Guard().Len() - len(ids); extra > 0 {
+			t.Logf("replica %s: %d extra copies (inserts that raced a resync)", r.id, extra)
 		}
 	}
 	return time.Since(start)

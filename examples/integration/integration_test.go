@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -86,13 +85,17 @@ func pgSchema(t *testing.T, dsn string) string {
 
 func newLoader(t *testing.T, db *userdb.DB, gopts ...guard.Option) *guard.Loader[int64, userdb.User] {
 	t.Helper()
+	return newLoaderWith(t, db, gopts)
+}
+
+func newLoaderWith(t *testing.T, db *userdb.DB, gopts []guard.Option, lopts ...guard.LoaderOption) *guard.Loader[int64, userdb.User] {
+	t.Helper()
 	g, err := guard.New(gopts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := guard.NewLoader(g, db.Lookup,
-		guard.WithKeySource(db.IDs),
-		guard.WithLogger(slog.New(slog.DiscardHandler)))
+	lopts = append([]guard.LoaderOption{guard.WithKeySource(db.IDs)}, lopts...)
+	l, err := guard.NewLoader(g, db.Lookup, lopts...)
 	if err != nil {
 		g.Close()
 		t.Fatal(err)
@@ -282,7 +285,9 @@ func TestRebuildUnderLoad(t *testing.T) {
 		}
 		limit := g.Stats().Bytes + 1000
 		g.Close()
-		l := newLoader(t, db, guard.WithCapacity(1000), guard.WithShards(2), guard.WithMaxBytes(limit))
+		// A rebuilt guard inherits the cap; this one lifts it.
+		l := newLoaderWith(t, db, []guard.Option{guard.WithCapacity(1000), guard.WithShards(2), guard.WithMaxBytes(limit)},
+			guard.WithRebuildOptions(guard.WithMaxBytes(0)))
 		if err := l.Fill(ctx, db.IDs(ctx)); err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,116 @@
+package guard
+
+import (
+	"context"
+	"sync"
+)
+
+// flight coalesces concurrent store lookups of one key, as
+// golang.org/x/sync/singleflight does, typed and without a goroutine per
+// call:
+//
+//   - The first caller of a key (the leader) runs the lookup in its own
+//     goroutine, under its own ctx. Later callers of the key wait for its
+//     result or for their own ctx, whichever comes first.
+//   - If the leader's ctx ends and the lookup fails, the waiters do not
+//     inherit that failure: they start over, and one of them leads a new
+//     lookup. A caller that leaves therefore cancels the store's work
+//     unless others still want it, and never fails them.
+//   - A call that no waiter joined is recycled, so an uncontended lookup
+//     allocates nothing; a waiter costs one channel.
+//
+// The stripes spread keys over several mutexes by hash.
+type flight[K comparable, V any] struct {
+	stripes [flightStripes]flightStripe[K, V]
+	pool    sync.Pool // of *call[V]
+}
+
+const flightStripes = 64
+
+type flightStripe[K comparable, V any] struct {
+	mu sync.Mutex // protects m and the waiters and done fields of its calls
+	m  map[K]*call[V]
+	_  [48]byte // keeps neighbouring stripes on separate cache lines
+}
+
+// call is one lookup in flight. val, err and retry are written by the
+// leader before done is closed (or, with no waiters, before the leader
+// reads them itself) and read by waiters after it.
+type call[V any] struct {
+	waiters int           // callers waiting besides the leader; under the stripe's mu
+	done    chan struct{} // made by the first waiter; closed by the leader
+	val     V
+	err     error
+	retry   bool // the leader's ctx ended the lookup: waiters start over
+}
+
+// do returns the result of lookup(ctx, key), sharing one call among
+// concurrent callers of the same key. h picks the stripe.
+func (f *flight[K, V]) do(ctx context.Context, h uint64, key K, lookup func(context.Context, K) (V, error)) (V, error) {
+	st := &f.stripes[h%flightStripes]
+	for {
+		st.mu.Lock()
+		if c, ok := st.m[key]; ok {
+			c.waiters++
+			if c.done == nil {
+				c.done = make(chan struct{})
+			}
+			st.mu.Unlock()
+			select {
+			case <-c.done:
+			case <-ctx.Done():
+				var zero V
+				return zero, ctx.Err()
+			}
+			if c.retry {
+				if err := ctx.Err(); err != nil {
+					var zero V
+					return zero, err
+				}
+				continue
+			}
+			return c.val, c.err
+		}
+		c, _ := f.pool.Get().(*call[V])
+		if c == nil {
+			c = new(call[V])
+		}
+		if st.m == nil {
+			st.m = make(map[K]*call[V])
+		}
+		st.m[key] = c
+		st.mu.Unlock()
+
+		val, err := lookup(ctx, key)
+
+		st.mu.Lock()
+		if st.m[key] == c { // forget may have removed it already
+			delete(st.m, key)
+		}
+		shared := c.waiters > 0
+		if shared {
+			c.val, c.err = val, err
+			// A lookup that failed because the leader left says nothing
+			// about the key: the waiters ask again.
+			c.retry = err != nil && ctx.Err() != nil
+			close(c.done)
+		}
+		st.mu.Unlock()
+		if !shared {
+			// Nobody else saw c: reuse it.
+			*c = call[V]{}
+			f.pool.Put(c)
+		}
+		return val, err
+	}
+}
+
+// forget makes the next caller of key start a new lookup, even while one
+// is in flight: a write to key means a lookup that began before it may
+// have missed it.
+func (f *flight[K, V]) forget(h uint64, key K) {
+	st := &f.stripes[h%flightStripes]
+	st.mu.Lock()
+	delete(st.m, key)
+	st.mu.Unlock()
+}

@@ -1,0 +1,722 @@
+package guard
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/cuckooguard/cuckooguard/shard"
+)
+
+// The tests in this file check the copy-count rule of the Loader: a guard
+// removes only copies it holds. Each removal of a key the guard does not
+// hold can take the copy of a colliding key (same shard, same 16-bit slot
+// value in a shared bucket), which then reads absent.
+
+// collisionOpts makes small guards in which colliding keys are quick to
+// find; every guard made with them hashes alike.
+var collisionOpts = []Option{WithSeed(12345), WithShards(1), WithCapacity(10)}
+
+// collidingKey returns an integer key other than y that a guard holding
+// only y reports present: its slot value equals y's in one of their
+// buckets, so removing it from a guard that lacks it removes y.
+func collidingKey(t *testing.T, y int) int {
+	t.Helper()
+	g := mustNew(t, collisionOpts...)
+	if err := g.AddHash(hashUint64(g, uint64(y))); err != nil {
+		t.Fatal(err)
+	}
+	for k := y + 1; k < y+50_000_000; k++ {
+		if g.ContainsHash(hashUint64(g, uint64(k))) {
+			return k
+		}
+	}
+	t.Fatalf("no key collides with %d", y)
+	return 0
+}
+
+// TestLoaderDeleteDuringWarmUp is the first sequence of the issue: a
+// Delete of a row that existed before the Loader, while Fill has not read
+// it, must not remove the colliding copy of a key inserted meanwhile.
+func TestLoaderDeleteDuringWarmUp(t *testing.T) {
+	ctx := context.Background()
+	const y = 1
+	k := collidingKey(t, y)
+	s := newMemStore[int]()
+	s.put(k, "k") // existed before the Loader
+	l := newTestLoader(t, s, collisionOpts)
+
+	// 1. Insert(y) adds y; its write is in flight.
+	inWrite, commit := make(chan struct{}), make(chan struct{})
+	inserted := make(chan error, 1)
+	go func() {
+		inserted <- l.Insert(ctx, y, func(context.Context) error {
+			close(inWrite)
+			<-commit
+			s.put(y, "y")
+			return nil
+		})
+	}()
+	<-inWrite
+	// 2. Delete(k): the store confirms; the guard never had k.
+	if err := l.Delete(ctx, k, func(context.Context) (bool, error) { return s.del(k), nil }); err != nil {
+		t.Fatal(err)
+	}
+	// 3. Fill's read sees neither row.
+	read := s.keys(ctx)
+	// 4. y commits and Insert returns; Fill marks the Loader ready.
+	close(commit)
+	if err := <-inserted; err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Fill(ctx, read); err != nil {
+		t.Fatal(err)
+	}
+	// 5. y must be found.
+	if v, err := l.Get(ctx, y); err != nil || v != "y" {
+		t.Fatalf("Get(%d) = %q, %v after a Delete of colliding key %d during warm-up; want the row", y, v, err, k)
+	}
+	if _, err := l.Get(ctx, k); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get(%d) of the deleted row = %v", k, err)
+	}
+}
+
+// TestLoaderFeedDeleteBeforeCreation is the second sequence: process B
+// creates k, and this process deletes k before its feed has applied k's
+// creation. The delete must not remove the colliding copy of x, which this
+// process inserted; the feed applies both changes in commit order.
+func TestLoaderFeedDeleteBeforeCreation(t *testing.T) {
+	ctx := context.Background()
+	const x = 1
+	k := collidingKey(t, x)
+	s := newMemStore[int]()
+	l := newTestLoader(t, s, collisionOpts)
+	if _, err := l.AttachFeed(func() {}); err != nil {
+		t.Fatal(err)
+	}
+	l.MarkReady() // the feed resynced an empty table
+	if err := l.Insert(ctx, x, func(context.Context) error { s.put(x, "x"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	s.put(k, "k") // B commits k; its notification is on its way
+	if err := l.Delete(ctx, k, func(context.Context) (bool, error) { return s.del(k), nil }); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := l.Get(ctx, x); err != nil || v != "x" {
+		t.Fatalf("Get(%d) = %q, %v after deleting colliding key %d created elsewhere; want the row", x, v, err, k)
+	}
+	// The feed delivers B's creation and this process's delete, in order.
+	for _, c := range []Change[int]{{Key: k}, {Key: k, Deleted: true}} {
+		if err := l.Apply(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v, err := l.Get(ctx, x); err != nil || v != "x" {
+		t.Fatalf("Get(%d) = %q, %v after the feed caught up; want the row", x, v, err)
+	}
+	if n := l.Guard().Len(); n != 1 {
+		t.Fatalf("guard holds %d copies, want 1 (x)", n)
+	}
+}
+
+// TestLoaderCatchUpReplaysOwnDelete is the third sequence: CatchUp replays
+// the store's changes since the snapshot, including a delete this process
+// made through the Loader while catching up. The key must be removed once.
+func TestLoaderCatchUpReplaysOwnDelete(t *testing.T) {
+	ctx := context.Background()
+	const x = 1
+	k := collidingKey(t, x)
+	s := newMemStore[int]()
+	g := mustNew(t, collisionOpts...)
+	for _, key := range []int{x, k} {
+		s.put(key, "r")
+		if err := g.AddHash(hashUint64(g, uint64(key))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var snap bytes.Buffer
+	if _, err := g.WriteTo(&snap); err != nil {
+		t.Fatal(err)
+	}
+	rg, err := Restore(&snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := NewLoader(rg, s.lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Delete(ctx, k, func(context.Context) (bool, error) { return s.del(k), nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.CatchUp(ctx, seqOf([]Change[int]{{Key: k, Deleted: true}})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Get(ctx, x); err != nil {
+		t.Fatalf("Get(%d) = %v after CatchUp replayed the delete of colliding key %d", x, err, k)
+	}
+	if n := l.Guard().Len(); n != 1 {
+		t.Fatalf("guard holds %d copies after CatchUp, want 1", n)
+	}
+	if err := l.CatchUp(ctx, seqOf([]Change[int]{{Key: x, Deleted: true}})); err == nil {
+		t.Fatal("CatchUp on a ready Loader replayed changes its Deletes had applied")
+	}
+}
+
+// safeErr is an error that says nothing reached the server, like pgconn's.
+type safeErr struct{}
+
+func (safeErr) Error() string     { return "dial: connection refused" }
+func (safeErr) SafeToRetry() bool { return true }
+
+func TestNotWritten(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"plain error", errors.New("unique violation"), true},
+		{"safe to retry", fmt.Errorf("insert: %w", safeErr{}), true},
+		{"ErrMaybeWritten", fmt.Errorf("ack lost: %w", ErrMaybeWritten), false},
+		{"deadline", fmt.Errorf("insert: %w", context.DeadlineExceeded), false},
+		{"canceled", context.Canceled, false},
+		{"net error", &net.OpError{Op: "read", Err: syscall.ECONNRESET}, false},
+		{"reset", fmt.Errorf("x: %w", syscall.ECONNRESET), false},
+		{"unexpected EOF", fmt.Errorf("read reply: %w", io.ErrUnexpectedEOF), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := NotWritten(tt.err); got != tt.want {
+				t.Errorf("NotWritten(%v) = %v, want %v", tt.err, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestLoaderInsertAmbiguousWrite is the first defect of the Loader issue:
+// a write whose client gave up (a deadline) after the store committed it
+// must not leave the key out of the guard. A write that certainly failed
+// is rolled back; WithRollback changes the classification.
+func TestLoaderInsertAmbiguousWrite(t *testing.T) {
+	ctx := context.Background()
+	s := newMemStore[int]()
+	l := newTestLoader(t, s, nil)
+	l.MarkReady()
+	wctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+	defer cancel()
+	err := l.Insert(wctx, 1, func(ctx context.Context) error {
+		s.put(1, "committed") // the commit reaches the store ...
+		<-ctx.Done()          // ... and the acknowledgement does not reach us
+		return fmt.Errorf("insert: %w", ctx.Err())
+	})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Insert = %v, want the deadline", err)
+	}
+	if v, err := l.Get(ctx, 1); err != nil || v != "committed" {
+		t.Fatalf("Get(1) = %q, %v after a write that timed out but committed", v, err)
+	}
+	if err := l.Insert(ctx, 2, func(context.Context) error { return errors.New("unique violation") }); err == nil {
+		t.Fatal("Insert lost its write's error")
+	}
+	if n := l.Guard().Len(); n != 1 {
+		t.Fatalf("guard holds %d keys; the certainly failed insert was not rolled back", n)
+	}
+
+	// A classification that trusts nothing keeps every key.
+	l2 := newTestLoader(t, s, nil, WithRollback(func(error) bool { return false }))
+	l2.MarkReady()
+	l2.Insert(ctx, 3, func(context.Context) error { return errors.New("unique violation") })
+	if n := l2.Guard().Len(); n != 1 {
+		t.Fatalf("guard holds %d keys with WithRollback(never), want 1", n)
+	}
+}
+
+// TestLoaderConcurrentInsertsOfOneKey is the second defect: sixteen
+// concurrent Inserts of one key with a slow write must not add sixteen
+// copies (which doubled a shard eight times): they run one at a time.
+func TestLoaderConcurrentInsertsOfOneKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s := newMemStore[int]()
+		g, err := New(WithCapacity(100_000))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := NewLoader(g, s.lookup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		l.MarkReady()
+		var writing, created atomic.Int64
+		maxCopies := 0
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Go(func() {
+				err := l.Insert(ctx, 42, func(context.Context) error {
+					if n := writing.Add(1); n != 1 {
+						t.Errorf("%d writes of one key at once", n)
+					}
+					defer writing.Add(-1)
+					mu.Lock()
+					maxCopies = max(maxCopies, l.Guard().Len())
+					mu.Unlock()
+					time.Sleep(100 * time.Millisecond) // a slow write (fake time)
+					if created.Add(1) > 1 {
+						return errors.New("duplicate key") // certain: nothing written
+					}
+					s.put(42, "v")
+					return nil
+				})
+				if err != nil && err.Error() != "duplicate key" {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		st := l.Stats().Guard
+		if maxCopies > 2 || st.Items != 1 || st.Doublings != 0 {
+			t.Fatalf("16 inserts of one key: at most %d copies at once, %d at the end, %d doublings; want ≤ 2, 1, 0", maxCopies, st.Items, st.Doublings)
+		}
+		// A waiting Insert leaves when its ctx ends, without touching the guard.
+		hold := make(chan struct{})
+		go l.Insert(ctx, 7, func(context.Context) error { <-hold; return nil })
+		synctest.Wait()
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan error)
+		go func() { done <- l.Insert(cctx, 7, func(context.Context) error { return nil }) }()
+		synctest.Wait()
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("waiting Insert = %v, want context.Canceled", err)
+		}
+		close(hold)
+		synctest.Wait()
+		if n := l.Guard().Len(); n != 2 {
+			t.Fatalf("guard holds %d copies, want 2", n)
+		}
+	})
+}
+
+// TestLoaderRebuildSizesFromKeys checks that a rebuilt guard is sized for
+// the keys the old one holds, not for the slots it grew to, and keeps its
+// configuration.
+func TestLoaderRebuildSizesFromKeys(t *testing.T) {
+	ctx := context.Background()
+	s := newMemStore[int]()
+	l := newTestLoader(t, s, []Option{WithCapacity(1000), WithGrowThreshold(0.8), WithMaxBytes(1 << 20)}, WithKeySource(s.keys))
+	l.MarkReady()
+	for i := range 50_000 {
+		if err := l.Insert(ctx, i, func(context.Context) error { s.put(i, "r"); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 49_000 {
+		if err := l.Delete(ctx, i, func(context.Context) (bool, error) { return s.del(i), nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grown := l.Stats().Guard.Slots
+	if err := l.rebuildNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := l.Stats().Guard
+	g := l.Guard()
+	t.Logf("grown guard: %d slots; rebuilt for %d keys: %d slots", grown, st.Items, st.Slots)
+	if st.Items != 1000 || st.Slots > 4000 {
+		t.Fatalf("rebuilt guard: %d keys in %d slots (the grown one had %d); want 1000 keys in at most 4000", st.Items, st.Slots, grown)
+	}
+	if g.cfg.maxBytes != 1<<20 || g.cfg.growThreshold != 0.8 {
+		t.Fatalf("rebuilt guard lost its configuration: %+v", g.cfg)
+	}
+}
+
+// TestLoaderRebuildUnderTooSmallCap checks that a rebuild that cannot fit
+// the keys under the memory cap fails with a clear error, once per backoff,
+// and leaves the Loader answering correctly.
+func TestLoaderRebuildUnderTooSmallCap(t *testing.T) {
+	ctx := context.Background()
+	s := newMemStore[int]()
+	g, err := New(WithCapacity(1000), WithShards(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := g.Stats().Bytes + 1000
+	g.Close()
+	now := time.Unix(0, 0) // the clock stands still: the backoff never ends
+	l := newTestLoader(t, s, []Option{WithCapacity(1000), WithShards(2), WithMaxBytes(limit)}, WithKeySource(s.keys),
+		withClock(func() time.Time { return now }))
+	l.MarkReady()
+	for i := range 20_000 {
+		if err := l.Insert(ctx, i, func(context.Context) error { s.put(i, "r"); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for l.Stats().Rebuilding {
+		runtime.Gosched()
+	}
+	st := l.Stats()
+	if st.Rebuilds != 0 || st.RebuildErrors != 1 || st.PassThroughShards == 0 {
+		t.Fatalf("rebuilds %d, errors %d, pass-through shards %d; want 0, 1 (then backing off), > 0", st.Rebuilds, st.RebuildErrors, st.PassThroughShards)
+	}
+	for i := range 20_000 {
+		if _, err := l.Get(ctx, i); err != nil {
+			t.Fatalf("Get(%d) = %v", i, err)
+		}
+	}
+}
+
+// TestLoaderReplicasStress runs several simulated replicas over one
+// in-memory table with a commit log as change feed. Each replica has a
+// Loader with an attached feed that applies the log in order (skipping its
+// own inserts) some entries behind, and workers that insert rows, delete
+// rows of any origin (rows that existed before warm-up, rows just created
+// by other replicas whose creation the replica has not applied yet), and
+// look rows up.
+//
+// The keys come in clusters of keys that no guard of this seed and layout
+// can tell apart (same fingerprint and virtual index), inserted one after
+// the other: a removal of a key the guard does not hold takes a live
+// cluster mate's copy almost every time, whatever the guard's
+// false-positive rate.
+//
+// Every ErrNotFound is checked against the table: a row that existed for
+// the whole Get, and that the replica knew of when the Get began (its own
+// insert, or a creation its feed had applied), must be found. At the end
+// every feed catches up and every row must be found on every replica.
+func TestLoaderReplicasStress(t *testing.T) {
+	seed := testSeed(t)
+	const replicas = 3
+	total := 30_000 // operations, shared by all workers whatever GOMAXPROCS
+	if testing.Short() {
+		total = 6_000
+	}
+	workers := max(runtime.GOMAXPROCS(0), 2)
+	perWorker := total / (replicas * workers)
+	opts := []Option{WithSeed(seed), WithShards(1), WithCapacity(64)}
+	keys := clusteredKeys(t, opts, total/2)
+
+	tbl := newLogTable()
+	var next atomic.Int64 // index of the next unused key
+	for range 200 {       // rows that exist before any replica warms up
+		tbl.insert(keys[next.Add(1)-1], -1)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	drain := make(chan struct{}) // closed when the workers are done: feeds catch up
+	errc := make(chan error, replicas*(workers+1))
+	var feeds, work sync.WaitGroup
+	var checkedNotFound atomic.Int64
+	reps := make([]*replica, replicas)
+	for r := range replicas {
+		g, err := New(opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := NewLoader(g, tbl.lookup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		if _, err := l.AttachFeed(func() {}); err != nil {
+			t.Fatal(err)
+		}
+		rep := &replica{id: r, l: l, t: tbl}
+		reps[r] = rep
+		feeds.Go(func() {
+			if err := rep.follow(ctx, drain, rand.New(rand.NewPCG(seed, uint64(r)+50))); err != nil && ctx.Err() == nil {
+				errc <- err
+			}
+		})
+		for w := range workers {
+			work.Go(func() {
+				rnd := rand.New(rand.NewPCG(seed, uint64(r*100+w)))
+				for range perWorker {
+					switch x := rnd.IntN(10); {
+					case x < 3:
+						i := int(next.Add(1)) - 1
+						if i >= len(keys) {
+							continue
+						}
+						k := keys[i]
+						err := l.Insert(ctx, k, func(context.Context) error { tbl.insert(k, r); return nil })
+						if err != nil {
+							errc <- err
+							return
+						}
+					case x < 5:
+						k, ok := tbl.randomRow(rnd, rnd.IntN(2) == 0)
+						if !ok {
+							continue
+						}
+						err := l.Delete(ctx, k, func(context.Context) (bool, error) { return tbl.delete(k, r), nil })
+						if err != nil {
+							errc <- err
+							return
+						}
+					default:
+						k, ok := tbl.randomRow(rnd, false)
+						if !ok {
+							continue
+						}
+						before := tbl.state(k)
+						known := before.exists && (before.origin == r || before.seq <= rep.applied.Load())
+						_, err := l.Get(ctx, k)
+						if errors.Is(err, ErrNotFound) {
+							checkedNotFound.Add(1)
+							if after := tbl.state(k); known && after == before {
+								errc <- fmt.Errorf("replica %d: Get(%d) = ErrNotFound for a row it knew of (created at %d by %d, applied up to %d)",
+									r, k, before.seq, before.origin, rep.applied.Load())
+								return
+							}
+						} else if err != nil {
+							errc <- err
+							return
+						}
+					}
+				}
+			})
+		}
+	}
+	work.Wait()
+	close(drain)
+	end := int64(tbl.len())
+	for _, rep := range reps {
+		for rep.applied.Load() < end && ctx.Err() == nil && len(errc) == 0 {
+			runtime.Gosched()
+		}
+	}
+	rows, _ := tbl.read()
+	for _, rep := range reps {
+		for _, k := range rows {
+			if _, err := rep.l.Get(ctx, k); err != nil {
+				t.Errorf("replica %d after catching up: Get(%d) = %v", rep.id, k, err)
+				break
+			}
+		}
+	}
+	cancel()
+	feeds.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+	t.Logf("%d replicas × %d workers, %d ops each; %d log entries, %d rows at the end; %d ErrNotFound checked against the table",
+		replicas, workers, perWorker, end, len(rows), checkedNotFound.Load())
+}
+
+// clusteredKeys returns at least n integer keys in clusters of 4 that a
+// guard made with opts cannot tell apart (one shard, so the same
+// fingerprint and virtual index mean the same item), cluster by cluster.
+func clusteredKeys(t *testing.T, opts []Option, n int) []int {
+	t.Helper()
+	g := mustNew(t, opts...)
+	// An item is (fingerprint, virtual index mod 2^(k+T)); k+T never
+	// changes as the shard doubles.
+	st := g.shards[0].Stats()
+	bits := st.FingerprintBits - shard.FingerprintBits + int(math.Log2(float64(st.Buckets)))
+	item := func(k int) uint64 {
+		_, f, v := g.route(hashUint64(g, uint64(k)))
+		return uint64(f)<<32 | v&(1<<bits-1)
+	}
+	groups := map[uint64][]int{}
+	var keys []int
+	for k := 1; len(keys) < n; k++ {
+		it := item(k)
+		grp := append(groups[it], k)
+		if len(grp) == 4 {
+			keys = append(keys, grp...)
+			delete(groups, it)
+			continue
+		}
+		groups[it] = grp
+	}
+	return keys
+}
+
+// logTable is a table whose commits append to a log, the change feed.
+type logTable struct {
+	mu    sync.Mutex
+	rows  map[int]rowState
+	keys  []int // of rows, for picking at random; may hold deleted keys
+	log   []logEntry
+	grown chan struct{} // closed and replaced on every append
+}
+
+type rowState struct {
+	exists bool
+	seq    int64 // log position of the creation
+	origin int   // replica that created it, -1 before warm-up
+}
+
+type logEntry struct {
+	key     int
+	deleted bool
+	origin  int
+}
+
+func newLogTable() *logTable {
+	return &logTable{rows: map[int]rowState{}, grown: make(chan struct{})}
+}
+
+func (t *logTable) appendLocked(e logEntry) int64 {
+	t.log = append(t.log, e)
+	close(t.grown)
+	t.grown = make(chan struct{})
+	return int64(len(t.log))
+}
+
+func (t *logTable) insert(k, origin int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.rows[k].exists {
+		return
+	}
+	seq := t.appendLocked(logEntry{key: k, origin: origin})
+	t.rows[k] = rowState{exists: true, seq: seq, origin: origin}
+	t.keys = append(t.keys, k)
+}
+
+func (t *logTable) delete(k, origin int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.rows[k].exists {
+		return false
+	}
+	t.appendLocked(logEntry{key: k, deleted: true, origin: origin})
+	delete(t.rows, k)
+	return true
+}
+
+func (t *logTable) state(k int) rowState {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.rows[k]
+}
+
+// randomRow returns a key that was inserted, among the last 8 if recent;
+// its row may have been deleted since.
+func (t *logTable) randomRow(r *rand.Rand, recent bool) (int, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.keys) == 0 {
+		return 0, false
+	}
+	if recent {
+		n := min(len(t.keys), 8)
+		return t.keys[len(t.keys)-n+r.IntN(n)], true
+	}
+	return t.keys[r.IntN(len(t.keys))], true
+}
+
+func (t *logTable) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.log)
+}
+
+func (t *logTable) lookup(_ context.Context, k int) (string, error) {
+	if !t.state(k).exists {
+		return "", ErrNotFound
+	}
+	return "row", nil
+}
+
+// read returns the table's keys and the log position they reflect, as a
+// snapshot read does.
+func (t *logTable) read() ([]int, int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var ks []int
+	for k, st := range t.rows {
+		if st.exists {
+			ks = append(ks, k)
+		}
+	}
+	return ks, int64(len(t.log))
+}
+
+// next waits until the log holds more than pos+lag entries (or, once drain
+// is closed, more than pos) and returns the entry after pos.
+func (t *logTable) next(ctx context.Context, drain <-chan struct{}, pos, lag int64) (logEntry, error) {
+	for {
+		t.mu.Lock()
+		n := int64(len(t.log))
+		select {
+		case <-drain:
+			lag = 0
+		default:
+		}
+		if n > pos+lag {
+			e := t.log[pos]
+			t.mu.Unlock()
+			return e, nil
+		}
+		grown := t.grown
+		t.mu.Unlock()
+		select {
+		case <-grown:
+		case <-drain:
+		case <-ctx.Done():
+			return logEntry{}, ctx.Err()
+		}
+	}
+}
+
+// replica follows a logTable into its Loader, as the postgres follower
+// does with notifications.
+type replica struct {
+	id      int
+	l       *Loader[int, string]
+	t       *logTable
+	applied atomic.Int64 // log position applied
+}
+
+// follow resyncs the replica's Loader from a read of the table, then
+// applies the log after it, each entry a random 0 to 31 entries behind the
+// head (as a notification is delayed), until ctx ends.
+func (rp *replica) follow(ctx context.Context, drain <-chan struct{}, rnd *rand.Rand) error {
+	var pos int64
+	err := rp.l.Resync(ctx, func(ctx context.Context, add func(int) error, _ func(int)) error {
+		ks, p := rp.t.read()
+		pos = p
+		for _, k := range ks {
+			if err := add(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	rp.applied.Store(pos)
+	rp.l.MarkReady()
+	for {
+		e, err := rp.t.next(ctx, drain, pos, rnd.Int64N(32))
+		if err != nil {
+			return err
+		}
+		pos++
+		if e.origin != rp.id || e.deleted { // this replica's Insert added its own rows
+			if err := rp.l.Apply(Change[int]{Key: e.key, Deleted: e.deleted}); err != nil {
+				return err
+			}
+		}
+		rp.applied.Store(pos)
+	}
+}

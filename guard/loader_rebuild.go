@@ -1,0 +1,153 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// feedResyncInterval is the least time between two resyncs a Loader asks
+// of its change feed.
+const feedResyncInterval = 10 * time.Second
+
+// checkFPR starts a rebuild if the guard's estimated false-positive rate
+// passed the limit.
+func (l *Loader[K, V]) checkFPR() {
+	if (l.source != nil || l.feed.Load() != nil) && !l.rebuilding.Load() && l.cur.Load().g.Stats().EstimatedFPR > l.cfg.maxFPR {
+		l.rebuild()
+	}
+}
+
+// rebuild starts a background rebuild unless one is running, the Loader
+// has no key source, it is closed, or the last rebuild failed less than a
+// backoff ago (1 s after the first failure, doubling up to a minute, so
+// that a rebuild that cannot succeed, say under a memory cap too small
+// for the keys, is not retried on every insert). With a change feed it
+// asks the feed to resync instead.
+func (l *Loader[K, V]) rebuild() {
+	if f := l.feed.Load(); f != nil {
+		// The feed's resync reads the whole table: not more than once in
+		// feedResyncInterval, however many inserts find a full shard.
+		now := l.cfg.now().UnixNano()
+		if after := l.rebuildAfter.Load(); now >= after && l.rebuildAfter.CompareAndSwap(after, now+int64(feedResyncInterval)) {
+			f.resync()
+		}
+		return
+	}
+	if l.source == nil || l.cfg.now().UnixNano() < l.rebuildAfter.Load() || !l.rebuilding.CompareAndSwap(false, true) {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		l.rebuilding.Store(false)
+		return
+	}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		defer l.rebuilding.Store(false)
+		err := l.rebuildNow(l.ctx)
+		l.mu.Lock()
+		if err != nil {
+			l.rebuildDelay = min(max(2*l.rebuildDelay, time.Second), time.Minute)
+		} else {
+			l.rebuildDelay = 0
+		}
+		l.rebuildAfter.Store(l.cfg.now().Add(l.rebuildDelay).UnixNano())
+		l.mu.Unlock()
+		if err != nil {
+			l.rebuildErrs.Inc()
+			l.cfg.logger.LogAttrs(l.ctx, slog.LevelError, "cuckooguard: rebuild failed", slog.Any("error", err))
+		}
+	}()
+}
+
+// rebuildNow builds a fresh guard from the key source while inserts reach
+// both guards, then swaps it in.
+func (l *Loader[K, V]) rebuildNow(ctx context.Context) error {
+	return l.replace(ctx, func(ctx context.Context, nv *view) (int64, error) {
+		return l.fill(ctx, nv, l.source(ctx))
+	})
+}
+
+// replace builds a fresh guard with fill while inserts reach both guards,
+// then swaps it in. Rebuilds and resyncs take turns.
+func (l *Loader[K, V]) replace(ctx context.Context, fill func(context.Context, *view) (int64, error)) error {
+	l.rebuildMu.Lock()
+	defer l.rebuildMu.Unlock()
+	start := time.Now()
+	old := l.cur.Load()
+	ng, err := l.newGuard(old.g)
+	if err != nil {
+		return fmt.Errorf("guard: rebuild: %w", err)
+	}
+	nv := newView(ng)
+	l.writeMu.Lock() // waits for inserts in flight: their rows are in the store now
+	l.shadow.Store(nv)
+	l.writeMu.Unlock()
+	n, err := fill(ctx, nv)
+	if err != nil {
+		l.writeMu.Lock()
+		l.shadow.Store(nil)
+		l.writeMu.Unlock()
+		ng.Close()
+		return fmt.Errorf("guard: rebuild: %w", err)
+	}
+	// l.mu orders the swap against Close: once Close has marked the
+	// Loader closed no guard is swapped in, so none outlives Close. Lock
+	// order: writeMu, then l.mu, as in an insert that triggers a rebuild.
+	l.writeMu.Lock()
+	l.mu.Lock()
+	closed := l.closed
+	if !closed {
+		l.cur.Store(nv)
+		l.negGen.Add(1)
+	}
+	l.shadow.Store(nil)
+	l.mu.Unlock()
+	l.writeMu.Unlock()
+	if closed {
+		ng.Close()
+		return errors.New("guard: loader closed")
+	}
+	old.g.Close()
+	l.rebuilds.Inc()
+	l.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "cuckooguard: guard rebuilt",
+		slog.Int64("keys", n), slog.Duration("took", time.Since(start)))
+	return nil
+}
+
+// newGuard makes the replacement of g: g's configuration (memory cap,
+// shard count, grow threshold, workers and seed travel with it), then
+// [WithRebuildOptions], sized for g's keys and a quarter more but no
+// smaller than g's own capacity. The size comes from the keys g holds, not
+// from its slots: a guard that grew for copies since removed would
+// otherwise pass its size on. Every guard of a Loader keeps the first
+// one's seed, so that a key hashes alike in all of them.
+func (l *Loader[K, V]) newGuard(g *Guard) (*Guard, error) {
+	c := g.cfg
+	for _, o := range l.cfg.guardOpts {
+		o(&c)
+	}
+	keys := g.Len()
+	c.capacity = min(max(keys*5/4, c.capacity, 1024), maxCapacity)
+	c.seed, c.seedSet = g.seed, true
+	if c.maxBytes != 0 {
+		// Under a memory cap, the largest guard that fits; if even that
+		// holds fewer keys than g, a rebuild cannot help.
+		fit := capacityWithin(c)
+		if fit < keys {
+			return nil, fmt.Errorf("guard: rebuild: the memory cap of %d bytes holds about %d keys; the guard has %d", c.maxBytes, fit, keys)
+		}
+		c.capacity = min(c.capacity, fit)
+	}
+	ng, err := newGuard(c)
+	if err != nil {
+		return nil, err
+	}
+	ng.owned.Store(true)
+	return ng, nil
+}

@@ -1,0 +1,207 @@
+package guard
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+)
+
+// Insert writes key to the store through write, keeping the guard in step:
+// it adds key to the guard before write runs, so that no lookup can see the
+// new row before the guard has its key. If write fails, Insert removes the
+// key again only when the error shows that nothing was written (see
+// [WithRollback] and [NotWritten]); otherwise it keeps the key, a possible
+// false positive, because a row that was written after all must never read
+// absent.
+//
+// Insert adds one copy per row created: call it once per row. Concurrent
+// Inserts of one key run one after the other (a later one waits for the
+// earlier one's write, or for its own ctx), so requests retried or
+// duplicated while a write is slow add one copy, not one each.
+//
+// write gets ctx as it is. Insert returns write's error; ctx.Err() if ctx
+// ended before write ran (the guard is then unchanged); or an error if the
+// guard cannot take the key (write is then not called).
+func (l *Loader[K, V]) Insert(ctx context.Context, key K, write func(ctx context.Context) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	h := l.Hash(key) // every guard of a Loader has the same seed
+	if err := l.inserts.lock(ctx, h, key); err != nil {
+		return err
+	}
+	defer l.inserts.unlock(h, key)
+	l.writeMu.RLock()
+	defer l.writeMu.RUnlock()
+	cur, sh := l.cur.Load(), l.shadow.Load()
+	e := l.epoch(h)
+	e.Add(1)
+	inCur, err := l.add(cur, h)
+	if err != nil {
+		return fmt.Errorf("guard: insert: %w", err)
+	}
+	inShadow := false
+	if sh != nil {
+		inShadow, _ = l.add(sh, h) // a failed rebuild closes sh: nothing to keep
+	}
+	werr := write(ctx)
+	if werr != nil && l.cfg.notWritten(werr) {
+		if inCur {
+			cur.g.RemoveHash(h)
+		}
+		if inShadow {
+			sh.g.RemoveHash(h)
+		}
+		return werr
+	}
+	// Lookups that began before the write may have joined a store call
+	// that missed the row: later ones must not join it, nor trust a
+	// negative entry cached by it.
+	l.flight.forget(h, key)
+	e.Add(1)
+	if l.insertN.Add(1)%4096 == 0 {
+		l.checkFPR()
+	}
+	return werr
+}
+
+// Delete deletes key from the store through write, which reports whether a
+// row existed. Only then, and only after write returned, does Delete remove
+// key from the guard, and only if the Loader was ready when Delete began
+// and has no change feed (see [Loader] for why). It returns write's error
+// or ctx.Err().
+func (l *Loader[K, V]) Delete(ctx context.Context, key K, write func(ctx context.Context) (existed bool, err error)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// The guard that was complete when the write began is the one to
+	// remove the key from: a guard still warming up, or one a rebuild
+	// swapped in meanwhile, may never have had it (its read ran after the
+	// delete), and removing a key a guard does not hold can remove
+	// another key. writeMu keeps swaps out until we are done.
+	l.writeMu.RLock()
+	defer l.writeMu.RUnlock()
+	cur := l.cur.Load()
+	remove := l.ready.Load() && l.feed.Load() == nil
+	existed, err := write(ctx)
+	if err != nil || !existed {
+		return err
+	}
+	h := l.codec.hash(cur.g, key)
+	l.flight.forget(h, key)
+	if remove {
+		cur.g.RemoveHash(h)
+	}
+	return nil
+}
+
+// add adds hash h to the guard of v and reports whether it did. A full
+// shard is marked to pass its lookups through, and a rebuild is started.
+func (l *Loader[K, V]) add(v *view, h uint64) (bool, error) {
+	err := v.g.AddHash(h)
+	if err == nil {
+		return true, nil
+	}
+	if errors.Is(err, ErrClosed) && v != l.cur.Load() && v != l.shadow.Load() {
+		// A rebuild replaced v while a Fill or CatchUp was adding to it.
+		// The new guard was filled from the key source after every write
+		// in flight had finished, so it covers this key already.
+		return false, nil
+	}
+	if !errors.Is(err, ErrFull) {
+		return false, err
+	}
+	v.pass[v.g.ShardIndex(h)].Store(true)
+	v.passAny.Store(true)
+	l.rebuild()
+	return false, nil
+}
+
+// NotWritten is the default of [WithRollback]: it reports whether a failed
+// write's error shows that the write certainly changed nothing, so that
+// [Loader.Insert] may take the key back out of the guard.
+//
+// It reports false (the row may have been written) for [ErrMaybeWritten],
+// a cancelled or expired context, and a lost or broken connection
+// ([net.Error], [io.EOF], [io.ErrUnexpectedEOF], [driver.ErrBadConn],
+// [sql.ErrConnDone], [sql.ErrTxDone], ECONNRESET, ECONNABORTED, EPIPE),
+// because the store may have committed the write before the client stopped
+// listening. An error that says it is safe to retry (a SafeToRetry() bool
+// method reporting true, as pgconn's errors have: nothing reached the
+// server) is certain. Every other error, such as a constraint violation
+// the store reported, is taken as certain too.
+func NotWritten(err error) bool {
+	var safe interface{ SafeToRetry() bool }
+	if errors.As(err, &safe) && safe.SafeToRetry() {
+		return true
+	}
+	var nerr net.Error
+	switch {
+	case errors.Is(err, ErrMaybeWritten),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
+		errors.As(err, &nerr),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, driver.ErrBadConn), errors.Is(err, sql.ErrConnDone), errors.Is(err, sql.ErrTxDone),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE):
+		return false
+	}
+	return true
+}
+
+// keyLocks lets one holder per key at a time through, waiting with a
+// context. An uncontended lock allocates nothing: a waiter makes the
+// channel the holder closes.
+type keyLocks[K comparable] struct {
+	stripes [flightStripes]keyLockStripe[K]
+}
+
+type keyLockStripe[K comparable] struct {
+	mu sync.Mutex          // protects m
+	m  map[K]chan struct{} // held keys; the channel, once a waiter made it, closes on unlock
+	_  [48]byte            // keeps neighbouring stripes on separate cache lines
+}
+
+// lock waits until key is free or ctx ends, and takes it.
+func (k *keyLocks[K]) lock(ctx context.Context, h uint64, key K) error {
+	st := &k.stripes[h%flightStripes]
+	for {
+		st.mu.Lock()
+		ch, held := st.m[key]
+		if !held {
+			if st.m == nil {
+				st.m = make(map[K]chan struct{})
+			}
+			st.m[key] = nil
+			st.mu.Unlock()
+			return nil
+		}
+		if ch == nil {
+			ch = make(chan struct{})
+			st.m[key] = ch
+		}
+		st.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// unlock frees key and wakes its waiters; one of them takes it.
+func (k *keyLocks[K]) unlock(h uint64, key K) {
+	st := &k.stripes[h%flightStripes]
+	st.mu.Lock()
+	ch := st.m[key]
+	delete(st.m, key)
+	st.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
