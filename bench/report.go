@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
 )
 
 // report prints the side-by-side table to out and writes the JSON and the
@@ -45,6 +47,12 @@ func writeTable(out io.Writer, res *results) {
 	row("latency p50 (µs)", func(p *phase) string { return fmt.Sprint(p.quantile(0.50)) })
 	row("latency p99 (µs)", func(p *phase) string { return fmt.Sprint(p.quantile(0.99)) })
 	row("latency p99.9 (µs)", func(p *phase) string { return fmt.Sprint(p.quantile(0.999)) })
+	row("present ids p50/p99 (µs)", func(p *phase) string {
+		return fmt.Sprintf("%d / %d", quantile(p.HistPresent, 0.50), quantile(p.HistPresent, 0.99))
+	})
+	row("absent ids p50/p99 (µs)", func(p *phase) string {
+		return fmt.Sprintf("%d / %d", quantile(p.HistAbsent, 0.50), quantile(p.HistAbsent, 0.99))
+	})
 	row("requests", func(p *phase) string { return fmt.Sprint(p.Ops) })
 	row("db queries", func(p *phase) string { return fmt.Sprint(p.Queries) })
 	row("queries avoided", func(p *phase) string { return guardedOnly(p, fmt.Sprint(p.Avoided)) })
@@ -104,11 +112,28 @@ func (p *phase) MarshalJSON() ([]byte, error) {
 	type plain phase
 	return json.Marshal(struct {
 		*plain
-		RPS    float64 `json:"requests_per_second"`
-		P50us  int64   `json:"p50_us"`
-		P99us  int64   `json:"p99_us"`
-		P999us int64   `json:"p999_us"`
-	}{(*plain)(p), p.RPS(), p.quantile(0.50), p.quantile(0.99), p.quantile(0.999)})
+		RPS           float64 `json:"requests_per_second"`
+		P50us         int64   `json:"p50_us"`
+		P99us         int64   `json:"p99_us"`
+		P999us        int64   `json:"p999_us"`
+		PresentP50us  int64   `json:"present_p50_us"`
+		PresentP99us  int64   `json:"present_p99_us"`
+		AbsentP50us   int64   `json:"absent_p50_us"`
+		AbsentP99us   int64   `json:"absent_p99_us"`
+		PresentLookup int64   `json:"present_lookups"`
+		AbsentLookup  int64   `json:"absent_lookups"`
+	}{(*plain)(p), p.RPS(), p.quantile(0.50), p.quantile(0.99), p.quantile(0.999),
+		quantile(p.HistPresent, 0.50), quantile(p.HistPresent, 0.99),
+		quantile(p.HistAbsent, 0.50), quantile(p.HistAbsent, 0.99),
+		count(p.HistPresent), count(p.HistAbsent)})
+}
+
+// count returns the number of values in h, 0 for none.
+func count(h *hdrhistogram.Histogram) int64 {
+	if h == nil {
+		return 0
+	}
+	return h.TotalCount()
 }
 
 func createFile(path string) (*os.File, error) { return os.Create(path) }

@@ -65,9 +65,13 @@ type phase struct {
 	NotFound   int64                   `json:"not_found"`
 	WrongFound int64                   `json:"wrong_answers"` // present id not found, or absent id found
 	Hist       *hdrhistogram.Histogram `json:"-"`
-	Bucket     time.Duration           `json:"timeline_bucket_ns"`
-	Timeline   []second                `json:"timeline"`
-	Doublings  []time.Duration         `json:"doubling_offsets_ns"`
+	// The same latencies split by whether the id exists: the guard is
+	// for the absent ones and must cost the present ones nothing.
+	HistPresent *hdrhistogram.Histogram `json:"-"`
+	HistAbsent  *hdrhistogram.Histogram `json:"-"`
+	Bucket      time.Duration           `json:"timeline_bucket_ns"`
+	Timeline    []second                `json:"timeline"`
+	Doublings   []time.Duration         `json:"doubling_offsets_ns"`
 
 	Queries       int64   `json:"db_queries"`
 	Avoided       int64   `json:"queries_avoided"`
@@ -95,23 +99,29 @@ func (p *phase) RPS() float64 {
 
 // quantile returns the latency at q in microseconds.
 func (p *phase) quantile(q float64) int64 {
-	if p.Hist == nil || p.Hist.TotalCount() == 0 {
+	return quantile(p.Hist, q)
+}
+
+// quantile returns the value of h at q in microseconds, 0 for no values.
+func quantile(h *hdrhistogram.Histogram, q float64) int64 {
+	if h == nil || h.TotalCount() == 0 {
 		return 0
 	}
-	return p.Hist.ValueAtQuantile(q * 100)
+	return h.ValueAtQuantile(q * 100)
 }
 
 // runPhase runs workers that call lookup until the duration passes or ops
 // operations are done, recording latencies overall and per second.
 // progress, if not nil, is called with the elapsed fraction in [0, 1].
 func runPhase(ctx context.Context, c config, name string, lookup lookupFunc, progress func(done float64)) *phase {
-	p := &phase{Name: name, Hist: newHist(), Bucket: bucketFor(c)}
+	p := &phase{Name: name, Hist: newHist(), HistPresent: newHist(), HistAbsent: newHist(), Bucket: bucketFor(c)}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	start := time.Now()
 	var done atomic.Int64
 	type workerOut struct {
 		hist      *hdrhistogram.Histogram
+		byClass   [2]*hdrhistogram.Histogram // absent, present
 		secs      []*hdrhistogram.Histogram
 		found     int64
 		notFound  int64
@@ -125,6 +135,7 @@ func runPhase(ctx context.Context, c config, name string, lookup lookupFunc, pro
 		wg.Go(func() {
 			o := &outs[w]
 			o.hist = newHist()
+			o.byClass = [2]*hdrhistogram.Histogram{newHist(), newHist()}
 			keys := newKeyGen(c, w)
 			for ctx.Err() == nil {
 				if c.Ops > 0 && done.Add(1) > c.Ops {
@@ -137,13 +148,18 @@ func runPhase(ctx context.Context, c config, name string, lookup lookupFunc, pro
 				if ctx.Err() != nil && err != nil {
 					return // the run ended under this call: do not count it
 				}
-				us := max(d.Microseconds(), histMin)
-				o.hist.RecordValue(min(us, histMax))
+				us := min(max(d.Microseconds(), histMin), histMax)
+				o.hist.RecordValue(us)
+				class := 0
+				if exists {
+					class = 1
+				}
+				o.byClass[class].RecordValue(us)
 				sec := int(t0.Sub(start) / p.Bucket)
 				for len(o.secs) <= sec {
 					o.secs = append(o.secs, newHist())
 				}
-				o.secs[sec].RecordValue(min(us, histMax))
+				o.secs[sec].RecordValue(us)
 				o.completed++
 				switch {
 				case err == nil:
@@ -189,6 +205,8 @@ func runPhase(ctx context.Context, c config, name string, lookup lookupFunc, pro
 	var secs []*hdrhistogram.Histogram
 	for _, o := range outs {
 		p.Hist.Merge(o.hist)
+		p.HistAbsent.Merge(o.byClass[0])
+		p.HistPresent.Merge(o.byClass[1])
 		p.Ops += o.completed
 		p.Found += o.found
 		p.NotFound += o.notFound

@@ -3,7 +3,6 @@ package guard
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -31,7 +30,7 @@ func BenchmarkLoaderGet(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		opts := []LoaderOption{WithLogger(slog.New(slog.DiscardHandler))}
+		var opts []LoaderOption
 		if neg {
 			opts = append(opts, WithNegativeCache(10_000, time.Minute))
 		}
@@ -53,16 +52,34 @@ func BenchmarkLoaderGet(b *testing.B) {
 				fp = k
 			}
 		}
+		// A request's context can be cancelled: Get then waits with a
+		// select, as it does under net/http.
+		cctx, cancel := context.WithCancel(ctx)
 		for _, c := range []struct{ name, key string }{{"present", "42"}, {"absent", "absent-x"}, {"false-positive", fp}} {
-			b.Run(fmt.Sprintf("negcache=%v/key=%s", neg, c.name), func(b *testing.B) {
-				calls.Store(0)
+			for _, cc := range []struct {
+				name string
+				ctx  context.Context
+			}{{"background", ctx}, {"cancellable", cctx}} {
+				b.Run(fmt.Sprintf("negcache=%v/key=%s/ctx=%s", neg, c.name, cc.name), func(b *testing.B) {
+					calls.Store(0)
+					b.ReportAllocs()
+					for b.Loop() {
+						l.Get(cc.ctx, c.key)
+					}
+					b.ReportMetric(float64(calls.Load())/float64(b.N), "store-calls/op")
+				})
+			}
+		}
+		if !neg {
+			// The store alone, for the Loader's overhead on present keys.
+			b.Run("direct/key=present", func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
-					l.Get(ctx, c.key)
+					lookup(cctx, "42")
 				}
-				b.ReportMetric(float64(calls.Load())/float64(b.N), "store-calls/op")
 			})
 		}
+		cancel()
 		l.Close()
 	}
 }

@@ -1,15 +1,20 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"expvar"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cuckooguard/cuckooguard/examples/userdb"
 	"github.com/cuckooguard/cuckooguard/guard"
@@ -68,12 +73,23 @@ func newApp(ctx context.Context, dsn string, rows int64, log *slog.Logger) (*app
 	mux.HandleFunc("DELETE /users/{id}", a.deleteUser)
 	mux.HandleFunc("GET /debug/vars", a.vars)
 	a.srv = &http.Server{
-		Handler:           mux,
+		Handler: problemRouter(mux),
+		// A slow or stuck client cannot hold a connection and its
+		// goroutine for long: the request must arrive within
+		// ReadTimeout, and an idle keep-alive connection closes after
+		// IdleTimeout.
 		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	return a, nil
 }
+
+// maxBody is the largest request body the service reads.
+const maxBody = 1 << 16
 
 // warmUp fills the guard from SELECT id FROM users; until it returns the
 // guard passes every lookup to the database.
@@ -111,8 +127,7 @@ func (a *app) getUser(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, guard.ErrNotFound):
 		problem(w, http.StatusNotFound, "")
 	case err != nil:
-		a.log.ErrorContext(r.Context(), "get user", "id", id, "error", err)
-		problem(w, http.StatusInternalServerError, "")
+		a.storeError(w, r, "get user", id, err)
 	default:
 		writeJSON(w, http.StatusOK, u)
 	}
@@ -125,27 +140,61 @@ type createRequest struct {
 	Name string `json:"name"`
 }
 
-func (a *app) createUser(w http.ResponseWriter, r *http.Request) {
+// errBodyTooLarge is the answer to a body over maxBody.
+var errBodyTooLarge = errors.New("body too large")
+
+// decodeCreate reads one JSON object of at most maxBody bytes, in valid
+// UTF-8 and with nothing after it.
+func decodeCreate(w http.ResponseWriter, r *http.Request) (createRequest, error) {
 	var req createRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&req); err != nil {
-		problem(w, http.StatusBadRequest, "body must be JSON like {\"id\": \"42\", \"name\": \"Ada\"}")
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return req, errBodyTooLarge
+		}
+		return req, err
+	}
+	// encoding/json would turn invalid UTF-8 into U+FFFD silently.
+	if !utf8.Valid(body) {
+		return req, errors.New("body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&req); err != nil {
+		return req, err
+	}
+	if dec.Decode(new(json.RawMessage)) != io.EOF {
+		return req, errors.New("body has data after the JSON object")
+	}
+	return req, nil
+}
+
+func (a *app) createUser(w http.ResponseWriter, r *http.Request) {
+	req, err := decodeCreate(w, r)
+	switch {
+	case errors.Is(err, errBodyTooLarge):
+		problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body must be at most %d bytes", maxBody))
+		return
+	case err != nil:
+		problem(w, http.StatusBadRequest, "body must be one JSON object like {\"id\": \"42\", \"name\": \"Ada\"}: "+err.Error())
 		return
 	}
 	id, err := strconv.ParseInt(req.ID, 10, 64)
-	if err != nil || req.Name == "" {
-		problem(w, http.StatusBadRequest, "id must be an integer and name must not be empty")
+	if err != nil || req.Name == "" || strings.ContainsRune(req.Name, 0) {
+		problem(w, http.StatusBadRequest, "id must be an integer and name a non-empty string without NUL characters")
 		return
 	}
 	u := userdb.User{ID: id, Name: req.Name}
-	// The guard gets the id before the row becomes visible (DESIGN §6), so
-	// a GET right after this POST never meets a stale "absent".
+	// The guard gets the id before the row becomes visible, so a GET
+	// right after this POST never meets a stale "absent". If the write's
+	// outcome is unknown (the client left, the connection broke), the
+	// Loader keeps the id: the row may exist.
 	err = a.loader.Insert(r.Context(), id, func(ctx context.Context) error { return a.db.Insert(ctx, u) })
 	switch {
 	case errors.Is(err, userdb.ErrExists):
 		problem(w, http.StatusConflict, "a user with this id exists")
 	case err != nil:
-		a.log.ErrorContext(r.Context(), "create user", "id", id, "error", err)
-		problem(w, http.StatusInternalServerError, "")
+		a.storeError(w, r, "create user", id, err)
 	default:
 		w.Header().Set("Location", "/users/"+req.ID)
 		writeJSON(w, http.StatusCreated, u)
@@ -166,13 +215,66 @@ func (a *app) deleteUser(w http.ResponseWriter, r *http.Request) {
 	})
 	switch {
 	case err != nil:
-		a.log.ErrorContext(r.Context(), "delete user", "id", id, "error", err)
-		problem(w, http.StatusInternalServerError, "")
+		a.storeError(w, r, "delete user", id, err)
 	case !existed:
 		problem(w, http.StatusNotFound, "")
 	default:
 		w.WriteHeader(http.StatusNoContent)
 	}
+}
+
+// storeError answers a request whose database call failed: 503 with
+// Retry-After while the database cannot be reached (or the call ran out
+// of time), 500 otherwise.
+func (a *app) storeError(w http.ResponseWriter, r *http.Request, op string, id int64, err error) {
+	if r.Context().Err() != nil {
+		return // the client left; nobody reads the answer
+	}
+	if userdb.Unavailable(err) {
+		a.log.WarnContext(r.Context(), op+": database unavailable", "id", id, "error", err)
+		w.Header().Set("Retry-After", "1")
+		problem(w, http.StatusServiceUnavailable, "the database is not available; try again")
+		return
+	}
+	a.log.ErrorContext(r.Context(), op, "id", id, "error", err)
+	problem(w, http.StatusInternalServerError, "")
+}
+
+// problemRouter answers the requests that mux has no route for (404) or no
+// method for (405, with its Allow header) with the same problem+json body
+// as every other error, instead of ServeMux's plain text.
+func problemRouter(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(&problemWriter{ResponseWriter: w}, r)
+	})
+}
+
+// problemWriter turns an error status written by ServeMux into a
+// problem+json answer and drops ServeMux's own body.
+type problemWriter struct {
+	http.ResponseWriter
+	replaced bool
+}
+
+func (p *problemWriter) WriteHeader(status int) {
+	if status < 400 {
+		p.ResponseWriter.WriteHeader(status)
+		return
+	}
+	p.replaced = true
+	p.Header().Del("X-Content-Type-Options")
+	problem(p.ResponseWriter, status, "")
+}
+
+func (p *problemWriter) Write(b []byte) (int, error) {
+	if p.replaced {
+		return len(b), nil
+	}
+	return p.ResponseWriter.Write(b)
 }
 
 // guardVars is the "cuckooguard" object of /debug/vars.

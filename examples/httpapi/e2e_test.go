@@ -10,12 +10,18 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/cuckooguard/cuckooguard/examples/internal/pgtest"
+	"github.com/cuckooguard/cuckooguard/internal/tcpproxy"
 )
 
 func TestMain(m *testing.M) {
@@ -56,6 +62,11 @@ type client struct {
 }
 
 func (c client) do(method, path string, body any) (int, []byte) {
+	code, _, b := c.doHeader(method, path, body)
+	return code, b
+}
+
+func (c client) doHeader(method, path string, body any) (int, http.Header, []byte) {
 	var r io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -64,16 +75,16 @@ func (c client) do(method, path string, body any) (int, []byte) {
 	req, err := http.NewRequest(method, c.base+path, r)
 	if err != nil {
 		c.t.Error(err)
-		return 0, nil
+		return 0, nil, nil
 	}
 	resp, err := c.c.Do(req)
 	if err != nil {
 		c.t.Error(err)
-		return 0, nil
+		return 0, nil, nil
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	return resp.StatusCode, resp.Header, b
 }
 
 func TestEndToEnd(t *testing.T) {
@@ -171,5 +182,112 @@ func TestEndToEnd(t *testing.T) {
 	}
 	if vars.G["ready"] != true || vars.G["rejected"].(float64) < unknown-float64(fps) {
 		t.Errorf("/debug/vars cuckooguard = %v", vars.G)
+	}
+}
+
+// TestBadRequests checks the answers to what a client gets wrong: every
+// error is problem+json, including the router's own 404 and 405.
+func TestBadRequests(t *testing.T) {
+	_, base := startApp(t, 10)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	tests := []struct {
+		name, method, path, body string
+		want                     int
+	}{
+		{"oversized body", "POST", "/users", `{"id": "1", "name": "` + strings.Repeat("a", 70_000) + `"}`, 413},
+		{"trailing JSON", "POST", "/users", `{"id": "11", "name": "a"} {"id": "12"}`, 400},
+		{"trailing garbage", "POST", "/users", `{"id": "11", "name": "a"}x`, 400},
+		{"invalid UTF-8", "POST", "/users", "{\"id\": \"11\", \"name\": \"a\xff\xfe\"}", 400},
+		{"NUL in name", "POST", "/users", `{"id": "11", "name": "a\u0000b"}`, 400},
+		{"not JSON", "POST", "/users", `id=11`, 400},
+		{"bad id", "GET", "/users/x1", "", 400},
+		{"no route", "GET", "/nothing/here", "", 404},
+		{"wrong method", "PUT", "/users/1", "", 405},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := http.NewRequest(tt.method, base+tt.path, strings.NewReader(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var p struct {
+				Status int    `json:"status"`
+				Title  string `json:"title"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&p)
+			if resp.StatusCode != tt.want || err != nil || p.Status != tt.want ||
+				resp.Header.Get("Content-Type") != "application/problem+json" {
+				t.Fatalf("%s %s = %d %s (%+v, %v), want %d problem+json", tt.method, tt.path, resp.StatusCode, resp.Header.Get("Content-Type"), p, err, tt.want)
+			}
+			if tt.want == 405 && resp.Header.Get("Allow") == "" {
+				t.Errorf("405 without an Allow header")
+			}
+		})
+	}
+	// None of the bad POSTs created a user.
+	if code, _ := (client{t: t, base: base, c: hc}).do("GET", "/users/11", nil); code != 404 {
+		t.Fatalf("GET /users/11 = %d after rejected POSTs, want 404", code)
+	}
+}
+
+// TestDatabaseDown runs the service on PostgreSQL through a proxy and
+// takes the database away: lookups and writes get 503 with Retry-After,
+// not 500, and the service recovers when the database is back.
+func TestDatabaseDown(t *testing.T) {
+	ctx := context.Background()
+	u, err := url.Parse(pgtest.Schema(t, pgtest.DSN(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := u.Host
+	p, err := tcpproxy.Start(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	u.Host = p.Addr()
+	a, err := newApp(ctx, u.String(), 100, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.warmUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(a.srv.Handler)
+	defer srv.Close()
+	defer a.loader.Close()
+	defer a.db.Close()
+	c := client{t: t, base: srv.URL, c: srv.Client()}
+	if code, _ := c.do("GET", "/users/5", nil); code != 200 {
+		t.Fatalf("GET /users/5 = %d", code)
+	}
+	// The database goes away: open connections break, new ones are
+	// refused.
+	p.SetTarget("127.0.0.1:1")
+	p.CloseConns()
+	for _, req := range []struct{ method, path string }{{"GET", "/users/5"}, {"POST", "/users"}, {"DELETE", "/users/6"}} {
+		var body any
+		if req.method == "POST" {
+			body = map[string]string{"id": "1000", "name": "x"}
+		}
+		code, h, b := c.doHeader(req.method, req.path, body)
+		if code != 503 || h.Get("Retry-After") == "" {
+			t.Fatalf("%s %s with the database down = %d %s (Retry-After %q), want 503 with Retry-After", req.method, req.path, code, b, h.Get("Retry-After"))
+		}
+	}
+	// Unknown ids still get their 404 from the guard, database or not.
+	if code, _ := c.do("GET", "/users/99999999", nil); code != 404 {
+		t.Fatalf("GET unknown id with the database down = %d, want 404", code)
+	}
+	p.SetTarget(target) // back
+	if code, b := c.do("GET", "/users/5", nil); code != 200 {
+		t.Fatalf("GET /users/5 = %d %s after the database came back", code, b)
 	}
 }

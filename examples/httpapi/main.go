@@ -1,7 +1,7 @@
 // Command httpapi is a users service whose GET /users/{id} is guarded by
 // cuckooguard: ids the guard has never seen get 404 without a query.
 //
-//	go run ./httpapi                      # embedded SQLite, 127.0.0.1:8080, 100,000 users
+//	go run ./httpapi                      # embedded SQLite (a fresh file), 127.0.0.1:8080, 100,000 users
 //	go run ./httpapi -rows 1000000 -addr 127.0.0.1:9090
 //	go run ./httpapi -dsn postgres://user:pass@127.0.0.1:5432/db
 //
@@ -19,15 +19,14 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
-
-	"github.com/cuckooguard/cuckooguard/examples/userdb"
 )
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
-	dsn := flag.String("dsn", "", "postgres:// URL, or a SQLite file path (default: a file in the temp dir)")
+	dsn := flag.String("dsn", "", "postgres:// URL, or a SQLite file path (default: a fresh file in a temp dir, removed on exit)")
 	rows := flag.Int64("rows", 100_000, "users to seed, ids 1..rows")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -42,7 +41,14 @@ func run(addr, dsn string, rows int64, log *slog.Logger) error {
 		return fmt.Errorf("-rows %d must not be negative", rows)
 	}
 	if dsn == "" {
-		dsn = userdb.DefaultSQLitePath("httpapi")
+		// A database of this instance's own: two instances never share
+		// (or seed over) one file, and nothing is left behind.
+		dir, err := os.MkdirTemp("", "cuckooguard-httpapi-*")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		dsn = filepath.Join(dir, "users.db")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/url"
-	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,8 +15,10 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/cuckooguard/cuckooguard/examples/internal/pgtest"
 	"github.com/cuckooguard/cuckooguard/examples/userdb"
 	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/internal/tcpproxy"
 )
 
 func TestMain(m *testing.M) {
@@ -33,11 +33,7 @@ func forEachDB(t *testing.T, test func(t *testing.T, db *userdb.DB)) {
 		test(t, db)
 	})
 	t.Run("postgres", func(t *testing.T) {
-		dsn := os.Getenv("CUCKOOGUARD_PG_DSN")
-		if dsn == "" {
-			t.Skip("set CUCKOOGUARD_PG_DSN=postgres://user@127.0.0.1:5432/db to run against PostgreSQL (.ci/run starts one)")
-		}
-		test(t, openDB(t, pgSchema(t, dsn)))
+		test(t, openDB(t, pgtest.Schema(t, pgtest.DSN(t))))
 	})
 }
 
@@ -53,34 +49,6 @@ func openDB(t *testing.T, dsn string) *userdb.DB {
 		t.Fatal(err)
 	}
 	return db
-}
-
-// pgSchema creates a schema of its own for the test and returns a DSN
-// whose connections use it; the schema is dropped at the end.
-func pgSchema(t *testing.T, dsn string) string {
-	t.Helper()
-	ctx := context.Background()
-	admin, err := userdb.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	schema := "t_" + strings.ToLower(strings.NewReplacer("/", "_", "-", "_").Replace(t.Name())) + fmt.Sprintf("_%d", time.Now().UnixNano()%1e6)
-	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
-		admin.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		admin.ExecContext(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
-		admin.Close()
-	})
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
 }
 
 func newLoader(t *testing.T, db *userdb.DB, gopts ...guard.Option) *guard.Loader[int64, userdb.User] {
@@ -306,4 +274,122 @@ func TestRebuildUnderLoad(t *testing.T) {
 			t.Fatalf("no rebuild: %+v", st)
 		}
 	})
+}
+
+// TestAmbiguousWriteKeepsKey is the first defect of the Loader issue: the
+// store commits a row, but the client gives up before it hears so. The key
+// must stay in the guard: no ErrNotFound for the committed row. Against
+// PostgreSQL the replies come through a proxy that delays them by 400 ms
+// while the write's context expires after 200 ms; against SQLite the
+// insert commits and the request's context is cancelled before the write
+// function returns.
+func TestAmbiguousWriteKeepsKey(t *testing.T) {
+	ctx := context.Background()
+	check := func(t *testing.T, l *guard.Loader[int64, userdb.User], db *userdb.DB, id int64, werr error) {
+		t.Helper()
+		if werr == nil {
+			t.Fatal("the write reported success; the test needs an ambiguous outcome")
+		}
+		t.Logf("write error: %v (NotWritten: %v)", werr, guard.NotWritten(werr))
+		if _, err := db.Lookup(ctx, id); err != nil {
+			t.Fatalf("the row was not committed (%v); the test needs a committed row", err)
+		}
+		if u, err := l.Get(ctx, id); err != nil || u.ID != id {
+			t.Fatalf("Get(%d) = %+v, %v for a committed row whose write timed out", id, u, err)
+		}
+	}
+	t.Run("sqlite", func(t *testing.T) {
+		db := openDB(t, filepath.Join(t.TempDir(), "users.db"))
+		l := newLoader(t, db)
+		l.MarkReady()
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		werr := l.Insert(wctx, 7, func(ctx context.Context) error {
+			if err := db.Insert(ctx, userdb.User{ID: 7, Name: "a"}); err != nil {
+				return err
+			}
+			cancel() // the client hangs up after the commit ...
+			// ... and the handler's next statement sees it.
+			_, err := db.ExecContext(ctx, `UPDATE users SET name = name WHERE id = 7`)
+			return err
+		})
+		check(t, l, db, 7, werr)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		sdsn := pgtest.Schema(t, pgtest.DSN(t))
+		db := openDB(t, sdsn)
+		u, err := url.Parse(sdsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := tcpproxy.Start(u.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		u.Host = p.Addr()
+		slow := openDB(t, u.String())
+		slow.SetMaxOpenConns(1)
+		// Connect and prepare the INSERT before the delay, so that the
+		// slow write is one round trip: the statement reaches the server
+		// at once and only its reply is late.
+		if err := slow.Insert(ctx, userdb.User{ID: 1, Name: "warm"}); err != nil {
+			t.Fatal(err)
+		}
+		p.SetDelay(400 * time.Millisecond)
+		l := newLoader(t, db)
+		l.MarkReady()
+		wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		werr := l.Insert(wctx, 7, func(ctx context.Context) error {
+			return slow.Insert(ctx, userdb.User{ID: 7, Name: "a"})
+		})
+		check(t, l, db, 7, werr)
+	})
+}
+
+// TestConcurrentInsertsOfOneIDUnderRowLock is the second defect: requests
+// that insert an id whose row another transaction holds locked pile up
+// behind the lock. They must add one copy between them, not one each.
+func TestConcurrentInsertsOfOneIDUnderRowLock(t *testing.T) {
+	ctx := context.Background()
+	db := openDB(t, pgtest.Schema(t, pgtest.DSN(t)))
+	l := newLoader(t, db, guard.WithCapacity(100_000))
+	l.MarkReady()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO users (id, name) VALUES (42, 'holder')`); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for range 32 {
+		wg.Go(func() {
+			errs <- l.Insert(ctx, 42, func(ctx context.Context) error { return db.Insert(ctx, userdb.User{ID: 42, Name: "x"}) })
+		})
+	}
+	// The first Insert waits on the row lock, the others on the first.
+	deadline := time.Now().Add(5 * time.Second)
+	for l.Guard().Len() == 0 && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	if n := l.Guard().Len(); n != 1 {
+		t.Fatalf("%d copies while 32 inserts of one id wait, want 1", n)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, userdb.ErrExists) {
+			t.Fatalf("Insert = %v, want ErrExists", err)
+		}
+	}
+	st := l.Stats().Guard
+	if st.Items != 0 || st.Doublings != 0 {
+		t.Fatalf("after 32 refused inserts: %d copies, %d doublings; want 0, 0 (the holder's row came from outside the Loader)", st.Items, st.Doublings)
+	}
 }

@@ -6,16 +6,23 @@ package userdb
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"iter"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
-	_ "modernc.org/sqlite"             // registers "sqlite"
+	"modernc.org/sqlite"               // registers "sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // User is one row of the users table.
@@ -54,6 +61,14 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 	}
 	if driver == "sqlite" {
 		db.SetMaxOpenConns(8)
+	} else {
+		// database/sql keeps 2 idle connections by default: under load
+		// every other query then opens a new PostgreSQL backend (about
+		// 80 per second in the example service) and waits for it. Keep
+		// as many idle as may be open, and let them go after a while.
+		db.SetMaxOpenConns(32)
+		db.SetMaxIdleConns(32)
+		db.SetConnMaxIdleTime(5 * time.Minute)
 	}
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
@@ -169,6 +184,21 @@ func (d *DB) IDs(ctx context.Context) iter.Seq2[int64, error] {
 			yield(0, fmt.Errorf("userdb: list ids: %w", err))
 		}
 	}
+}
+
+// Unavailable reports whether err says the database could not be reached
+// or did not answer in time, rather than that it refused the statement: a
+// refused connection, a lost one, a timeout, or SQLite's busy database.
+// Callers answer such errors with 503 Service Unavailable.
+func Unavailable(err error) bool {
+	var connect *pgconn.ConnectError
+	var nerr net.Error
+	var serr *sqlite.Error
+	return errors.As(err, &connect) || errors.As(err, &nerr) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) ||
+		errors.Is(err, context.DeadlineExceeded) ||
+		errors.As(err, &serr) && (serr.Code()&0xff == sqlite3.SQLITE_BUSY || serr.Code()&0xff == sqlite3.SQLITE_LOCKED)
 }
 
 // Count returns the number of rows.
