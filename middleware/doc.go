@@ -21,7 +21,9 @@
 //
 // Usage:
 //
-//	loader, _ := guard.NewLoader(g, db.LookupUser)
-//	mw, _ := middleware.New(loader, middleware.Int64(middleware.PathValue("id")))
+//	loader, err := guard.NewLoader(g, db.LookupUser)
+//	if err != nil { ... }
+//	mw, err := middleware.New(loader, middleware.Int64(middleware.PathValue("id")))
+//	if err != nil { ... }
 //	mux.Handle("GET /users/{id}", mw.Wrap(http.HandlerFunc(getUser)))
 package middleware

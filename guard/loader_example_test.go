@@ -1,0 +1,98 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"sync"
+
+	"github.com/cuckooguard/cuckooguard/guard"
+)
+
+// users is a stand-in for a database table.
+type users struct {
+	mu   sync.Mutex
+	rows map[int64]string
+}
+
+func (u *users) lookup(ctx context.Context, id int64) (string, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	name, ok := u.rows[id]
+	if !ok {
+		return "", guard.ErrNotFound // or sql.ErrNoRows: see WithNotFound
+	}
+	return name, nil
+}
+
+func (u *users) ids(ctx context.Context) iter.Seq2[int64, error] {
+	return func(yield func(int64, error) bool) {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		for id := range u.rows {
+			if !yield(id, nil) {
+				return
+			}
+		}
+	}
+}
+
+func ExampleLoader() {
+	ctx := context.Background()
+	db := &users{rows: map[int64]string{1: "Ada", 2: "Grace"}}
+
+	g, err := guard.New(guard.WithCapacity(1_000_000))
+	if err != nil {
+		panic(err)
+	}
+	// The Loader owns g and closes it.
+	loader, err := guard.NewLoader(g, db.lookup, guard.WithKeySource(db.ids))
+	if err != nil {
+		panic(err)
+	}
+	defer loader.Close()
+
+	// Warm up: until Fill returns, every lookup reaches the store.
+	if err := loader.Fill(ctx, db.ids(ctx)); err != nil {
+		panic(err)
+	}
+
+	// Writes go through the Loader, around the store's own write.
+	err = loader.Insert(ctx, 3, func(ctx context.Context) error {
+		db.mu.Lock()
+		defer db.mu.Unlock()
+		db.rows[3] = "Edsger"
+		return nil
+	})
+	if err != nil {
+		panic(err)
+	}
+	err = loader.Delete(ctx, 2, func(ctx context.Context) (bool, error) {
+		db.mu.Lock()
+		defer db.mu.Unlock()
+		_, existed := db.rows[2]
+		delete(db.rows, 2)
+		return existed, nil
+	})
+	if err != nil {
+		panic(err)
+	}
+
+	for _, id := range []int64{1, 2, 3, 42} {
+		name, err := loader.Get(ctx, id)
+		switch {
+		case errors.Is(err, guard.ErrNotFound):
+			fmt.Println(id, "not found")
+		case err != nil:
+			panic(err)
+		default:
+			fmt.Println(id, name)
+		}
+	}
+	// Output:
+	// 1 Ada
+	// 2 not found
+	// 3 Edsger
+	// 42 not found
+}

@@ -1,0 +1,77 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"log"
+	"os"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/postgres"
+)
+
+// Each replica of a service follows the users table, so that rows other
+// replicas create are found here too, and tags its own writes. This
+// example needs a PostgreSQL server, so it is only compiled.
+func ExampleFollower() {
+	ctx := context.Background()
+	dsn := os.Getenv("DATABASE_URL")
+	replica, _ := os.Hostname()
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	// Once per database: the trigger that publishes key changes.
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := postgres.Install(ctx, conn.Conn(), "users", "id"); err != nil {
+		log.Fatal(err)
+	}
+	conn.Release()
+
+	lookup := func(ctx context.Context, id int64) (string, error) {
+		var name string
+		err := pool.QueryRow(ctx, `SELECT name FROM users WHERE id = $1`, id).Scan(&name)
+		return name, err
+	}
+	g, err := guard.New(guard.WithCapacity(1_000_000))
+	if err != nil {
+		log.Fatal(err)
+	}
+	loader, err := guard.NewLoader(g, lookup,
+		guard.WithNotFound(func(err error) bool { return errors.Is(err, pgx.ErrNoRows) }))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer loader.Close()
+	parse := func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }
+	f, err := postgres.NewFollower(loader, dsn, "users", "id", parse, postgres.WithOrigin(replica))
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Run resyncs, then applies notifications until ctx ends; lookups
+	// pass through until the first resync is done.
+	go f.Run(ctx)
+
+	// This replica's writes go through the Loader and carry its origin.
+	err = loader.Insert(ctx, 42, func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if err := postgres.TagOrigin(ctx, tx, replica); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO users (id, name) VALUES (42, 'Ada')`)
+			return err
+		})
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+}
