@@ -113,6 +113,7 @@ func (s *Shard) finishLocked(t, nt *table) {
 	}
 	s.tab.Store(nt)
 	s.doublings.Add(1)
+	s.fullAt = 0
 }
 
 // finishGrowLocked runs a doubling in progress to the end without releasing

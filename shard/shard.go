@@ -36,6 +36,12 @@ type writeSide struct {
 	retries   atomic.Uint64
 	rng       uint64 // xorshift state for the eviction walk
 	path      []step // scratch: the current eviction walk, for rollback
+	// fullAt is the item count at which an eviction walk last failed, 0
+	// if none has since the last delete or doubling. An insert that would
+	// need a walk at that count or above fails at once: a walk holds the
+	// sequence odd for its whole length, so writers re-walking a full
+	// shard again and again would make every missing lookup retry.
+	fullAt int64
 }
 
 // step records one eviction: lane of bucket held slot old before the walk
@@ -158,10 +164,14 @@ func (s *Shard) Insert(f uint8, v uint64) error {
 		s.items.Add(1)
 		return nil
 	}
+	if s.fullAt != 0 && s.items.Load() >= s.fullAt {
+		return ErrFull
+	}
 	if s.next()&1 == 0 {
 		b1, s1 = b2, s2
 	}
 	if err := s.kickLocked(t, b1, s1); err != nil {
+		s.fullAt = s.items.Load()
 		return err
 	}
 	s.items.Add(1)
@@ -223,6 +233,7 @@ func (s *Shard) Delete(f uint8, v uint64) bool {
 			return false
 		}
 		s.items.Add(-1)
+		s.fullAt = 0
 		return true
 	}
 	b1, s1, b2, s2 := t.candidates(f, v, g)
@@ -230,6 +241,7 @@ func (s *Shard) Delete(f uint8, v uint64) bool {
 		return false
 	}
 	s.items.Add(-1)
+	s.fullAt = 0
 	if t.stashN.Load() != 0 {
 		s.drainStashLocked(t)
 	}

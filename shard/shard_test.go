@@ -187,6 +187,68 @@ func TestFullShardLosesNothing(t *testing.T) {
 	}
 }
 
+// TestFullShardStopsWalking checks that once an eviction walk has failed,
+// inserts that would need one fail at once, without a walk (which keeps
+// the sequence odd and makes lookups retry), until a delete makes room.
+func TestFullShardStopsWalking(t *testing.T) {
+	r := rand.New(rand.NewPCG(testSeed(t), 4))
+	s := mustNew(t, 6)
+	var in []item
+	for {
+		it := randomItem(r)
+		err := s.Insert(it.f, it.v)
+		if errors.Is(err, ErrFull) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		in = append(in, it)
+	}
+	walked := 0
+	for range 1000 {
+		seq := s.seq.Load()
+		it := randomItem(r)
+		if err := s.Insert(it.f, it.v); !errors.Is(err, ErrFull) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			in = append(in, it) // a free slot in one of its buckets
+			continue
+		}
+		if s.seq.Load() != seq {
+			walked++
+		}
+	}
+	if walked != 0 {
+		t.Fatalf("%d of the inserts into a full shard walked again", walked)
+	}
+	if !s.Delete(in[0].f, in[0].v) {
+		t.Fatal("Delete of an inserted item failed")
+	}
+	in = in[1:]
+	seq := s.seq.Load()
+	for s.seq.Load() == seq { // until an insert walks again
+		it := randomItem(r)
+		err := s.Insert(it.f, it.v)
+		if err == nil {
+			in = append(in, it)
+		} else if !errors.Is(err, ErrFull) {
+			t.Fatal(err)
+		}
+	}
+	checkAll(t, s, countItems(in), "after the delete")
+}
+
+// countItems returns the multiset of items.
+func countItems(items []item) map[item]int {
+	m := map[item]int{}
+	for _, it := range items {
+		m[it]++
+	}
+	return m
+}
+
 // TestGrowKeepsEverything doubles a loaded shard until it saturates and
 // checks after every doubling that a fresh lookup finds every item, with
 // deletes in between.
