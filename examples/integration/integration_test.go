@@ -37,7 +37,7 @@ func forEachDB(t *testing.T, test func(t *testing.T, db *userdb.DB)) {
 	})
 }
 
-func openDB(t *testing.T, dsn string) *userdb.DB {
+func openDB(t testing.TB, dsn string) *userdb.DB {
 	t.Helper()
 	ctx := context.Background()
 	db, err := userdb.Open(ctx, dsn)
