@@ -32,9 +32,10 @@ type Guard struct {
 	closed atomic.Bool
 	owned  atomic.Bool // a Loader owns the guard and closes it
 
-	adds     *xsync.Counter
-	removes  *xsync.Counter
-	failures *xsync.Counter
+	adds       *xsync.Counter
+	removes    *xsync.Counter
+	failures   *xsync.Counter
+	dupRefused *xsync.Counter
 }
 
 // New returns an empty Guard configured by opts. It returns an error, and
@@ -52,25 +53,17 @@ func newGuard(c config) (*Guard, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	lay, err := plan(c.capacity, c.shards, c.growThreshold)
+	lay, err := plan(c.capacity, c.shards, c.growThreshold, concurrencyShards())
 	if err != nil {
 		return nil, err
 	}
-	logs := lay.logs
 	if !c.seedSet {
 		c.seed = rand.Uint64()
 	}
-	g := &Guard{
-		shards:   make([]shard.Shard, len(logs)),
-		lay:      lay,
-		seed:     c.seed,
-		adds:     xsync.NewCounter(),
-		removes:  xsync.NewCounter(),
-		failures: xsync.NewCounter(),
-	}
+	g := newGuardValue(lay, c.seed)
 	for i := range g.shards {
 		// Each shard walks its own random sequence, derived from the seed.
-		if err := g.shards[i].Init(logs[i], mix(c.seed+uint64(i))|1); err != nil {
+		if err := g.shards[i].Init(lay.logs[i], mix(c.seed+uint64(i))|1); err != nil {
 			return nil, err
 		}
 	}
@@ -78,6 +71,20 @@ func newGuard(c config) (*Guard, error) {
 		return nil, err
 	}
 	return g, nil
+}
+
+// newGuardValue returns a Guard with the shards of lay, not yet
+// initialized, and its counters.
+func newGuardValue(lay layout, seed uint64) *Guard {
+	return &Guard{
+		shards:     make([]shard.Shard, len(lay.logs)),
+		lay:        lay,
+		seed:       seed,
+		adds:       xsync.NewCounter(),
+		removes:    xsync.NewCounter(),
+		failures:   xsync.NewCounter(),
+		dupRefused: xsync.NewCounter(),
+	}
 }
 
 // start checks the memory cap against the guard's shards and starts its
@@ -124,21 +131,26 @@ func mix(x uint64) uint64 {
 	return x
 }
 
-// route cuts a key hash into its shard, fingerprint and virtual index, as
-// laid out in the package documentation.
+// route cuts a key hash into its shard, fingerprint and position, as laid
+// out in the package documentation.
 func (g *Guard) route(h uint64) (s *shard.Shard, f uint8, v uint64) {
-	f = max(uint8(h>>shard.VirtualBits), 1)
-	return &g.shards[g.shardOf(h)], f, h & (1<<shard.VirtualBits - 1)
+	return &g.shards[g.shardOf(h)], fingerprint(h), h
+}
+
+// fingerprint returns the fingerprint of hash h: its byte above the
+// routing bits, 0 made 1 (a shard never stores 0).
+func fingerprint(h uint64) uint8 {
+	return max(uint8(h>>routeBits), 1)
 }
 
 // shardOf returns the index of the shard that hash h routes to.
 func (g *Guard) shardOf(h uint64) uint64 {
-	return g.lay.shardIndex(h >> (64 - routeBits))
+	return g.lay.shardIndex(h & (1<<routeBits - 1))
 }
 
 // ShardIndex returns the index, in [0, Shards()), of the shard that the
 // key with hash h belongs to. Wrappers such as [Loader] use it to treat one
-// saturated shard differently from the rest.
+// shard that refused a key differently from the rest.
 func (g *Guard) ShardIndex(h uint64) int {
 	return int(g.shardOf(h))
 }
@@ -180,18 +192,22 @@ func (g *Guard) ContainsHash(h uint64) bool {
 	return s.Contains(f, v)
 }
 
-// Add adds one copy of key to the set. It returns [ErrFull] if the key's
-// shard is saturated and [ErrClosed] after [Guard.Close]; otherwise the key
-// is present from the moment Add returns until it is removed.
+// Add adds one copy of key to the set; the key is present from the moment
+// Add returns until it is removed. Add returns [ErrTooManyCopies] if the
+// set holds [MaxCopies] copies of the key already (the key is present; the
+// set is unchanged), [ErrFull] if the key's shard cannot take it (the
+// memory cap of [WithMaxBytes] is reached, or keys that collide on every
+// bit the shard compares crowd the key's buckets), and [ErrClosed] after
+// [Guard.Close].
 //
 // The set counts copies: adding a key twice and removing it once leaves it
-// present. A key can be added at most about 8 times (its two buckets hold
-// 8 fingerprints); keep one copy per stored key.
+// present. Keep one copy per stored key.
 //
 // If the key's shard reaches the grow threshold, Add queues it for a
 // background doubling. If the shard has no room at all, Add doubles it
 // before returning (or helps finish the doubling in progress); lookups
-// never wait for either.
+// never wait for either. A shard can double until its table has 2^40
+// buckets; memory runs out long before.
 func (g *Guard) Add(key []byte) error {
 	return g.AddHash(xxh3.HashSeed(key, g.seed))
 }
@@ -213,16 +229,23 @@ func (g *Guard) AddHash(h uint64) error {
 		if err == nil {
 			break
 		}
+		if errors.Is(err, shard.ErrTooManyCopies) {
+			g.dupRefused.Inc()
+			return ErrTooManyCopies
+		}
 		if !errors.Is(err, shard.ErrFull) {
 			return err // unreachable: f is never 0
 		}
 		// No room even after an eviction walk (a migrating shard finishes
 		// its doubling before it walks): double now in this goroutine and
-		// retry, unless the shard cannot grow.
+		// retry, unless the shard cannot grow or doubling would not help.
 		if err := g.rs.GrowNow(s, d); err != nil {
 			g.failures.Inc()
-			if errors.Is(err, resize.ErrMaxBytes) {
+			switch {
+			case errors.Is(err, resize.ErrMaxBytes):
 				return errFullMaxBytes
+			case errors.Is(err, resize.ErrCrowded):
+				return errFullCrowded
 			}
 			return ErrFull
 		}

@@ -20,9 +20,20 @@ func benchKeys(n int, salt uint64) [][]byte {
 	return keys
 }
 
+// BenchmarkContains measures lookups in a guard of n keys declared for n
+// (grown=false) or grown to n from WithCapacity(1000) (grown=true), whose
+// slots keep tails of several lengths.
 func BenchmarkContains(b *testing.B) {
-	for _, n := range []int{1 << 16, 1 << 20} {
-		g, err := New(WithCapacity(n), WithSeed(1))
+	for _, c := range []struct {
+		n     int
+		grown bool
+	}{{1 << 16, false}, {1 << 20, false}, {1 << 20, true}} {
+		n := c.n
+		capacity := n
+		if c.grown {
+			capacity = 1000
+		}
+		g, err := New(WithCapacity(capacity), WithSeed(1))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -37,7 +48,7 @@ func BenchmarkContains(b *testing.B) {
 			if hit == 100 {
 				keys = present
 			}
-			b.Run(fmt.Sprintf("n=%d/hit=%d%%", n, hit), func(b *testing.B) {
+			b.Run(fmt.Sprintf("n=%d/grown=%v/hit=%d%%", n, c.grown, hit), func(b *testing.B) {
 				b.ReportAllocs()
 				found := 0
 				i := 0
@@ -48,12 +59,13 @@ func BenchmarkContains(b *testing.B) {
 					i++
 				}
 				b.ReportMetric(g.Stats().BitsPerItem, "bits/item")
+				b.ReportMetric(float64(g.Stats().MaxDoublings), "doublings")
 				if hit == 100 && found != i {
 					b.Fatalf("found %d of %d present keys", found, i)
 				}
 			})
 		}
-		b.Run(fmt.Sprintf("n=%d/parallel/hit=0%%", n), func(b *testing.B) {
+		b.Run(fmt.Sprintf("n=%d/grown=%v/parallel/hit=0%%", n, c.grown), func(b *testing.B) {
 			b.ReportAllocs()
 			var found atomic.Int64
 			b.RunParallel(func(pb *testing.PB) {

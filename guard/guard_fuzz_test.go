@@ -39,14 +39,14 @@ func FuzzOps(f *testing.F) {
 				n := min(int(data[0]%16), len(data)-1)
 				k := string(data[1 : 1+n])
 				data = data[1+n:]
-				if model[k] >= 8 {
-					break
-				}
 				if err := g.AddString(k); err != nil {
-					if errors.Is(err, ErrFull) {
+					if refused(t, g, k, model[k], err) {
 						break
 					}
 					t.Fatalf("AddString(%q): %v", k, err)
+				}
+				if model[k] >= MaxCopies {
+					t.Fatalf("AddString(%q) accepted copy %d", k, model[k]+1)
 				}
 				if model[k] == 0 {
 					keys = append(keys, k)
@@ -58,14 +58,14 @@ func FuzzOps(f *testing.F) {
 					break
 				}
 				k := keys[int(op/4)%len(keys)]
-				if model[k] >= 8 {
-					break
-				}
 				if err := g.Add([]byte(k)); err != nil {
-					if errors.Is(err, ErrFull) {
+					if refused(t, g, k, model[k], err) {
 						break
 					}
 					t.Fatalf("Add(%q): %v", k, err)
+				}
+				if model[k] >= MaxCopies {
+					t.Fatalf("Add(%q) accepted copy %d", k, model[k]+1)
 				}
 				model[k]++
 				total++
@@ -101,4 +101,22 @@ func FuzzOps(f *testing.F) {
 			t.Fatalf("Len() = %d, want %d", g.Len(), total)
 		}
 	})
+}
+
+// refused reports whether err is a refusal the guard may give for an add
+// of key k, which the model holds n times: ErrFull, or ErrTooManyCopies
+// for a key that reads present (n copies of it, or of another key with the
+// same slot).
+func refused(t *testing.T, g *Guard, k string, n int, err error) bool {
+	t.Helper()
+	switch {
+	case errors.Is(err, ErrFull):
+		return true
+	case errors.Is(err, ErrTooManyCopies):
+		if !g.ContainsString(k) {
+			t.Fatalf("Add(%q) = ErrTooManyCopies for a key that reads absent", k)
+		}
+		return true
+	}
+	return false
 }

@@ -108,7 +108,7 @@ type Loader[K comparable, V any] struct {
 // view is one guard with the shards whose lookups must pass through.
 type view struct {
 	g       *Guard
-	pass    []atomic.Bool // per shard: saturated, a key may be missing
+	pass    []atomic.Bool // per shard: it refused a key (ErrFull), which may be missing
 	passAny atomic.Bool
 }
 
@@ -205,7 +205,7 @@ func (l *Loader[K, V]) Ready() bool {
 // when the Loader is ready and the guard knows the key is absent. It does
 // not call the store and does not allocate for string and integer keys.
 // Like Get, it counts a false answer as a lookup avoided and a true answer
-// while not ready (or for a saturated shard) as one passed through, so
+// while not ready (or for a shard that refused a key) as one passed through, so
 // that HTTP middleware built on it shows up in [Loader.Stats].
 func (l *Loader[K, V]) MayContain(key K) bool {
 	// ready before cur: a resync swaps in its guard and then sets ready,
@@ -317,7 +317,7 @@ type LoaderStats struct {
 	FalsePositives    uint64  // store "not found" for keys the guard let through
 	ObservedFPR       float64 // FalsePositives / (FalsePositives + Avoided)
 	NegativeCacheHits uint64  // ErrNotFound from the negative cache
-	PassedThrough     uint64  // lookups sent to the store unguarded (not ready, or a saturated shard)
+	PassedThrough     uint64  // lookups sent to the store unguarded (not ready, or a shard that refused a key)
 	PassThroughShards int     // shards that pass lookups through until the next rebuild
 	Rebuilding        bool    // a rebuild is running
 	Rebuilds          uint64  // rebuilds swapped in

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"net"
 	"runtime"
@@ -16,8 +15,6 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/cuckooguard/cuckooguard/shard"
 )
 
 // The tests in this file check the copy-count rule of the Loader: a guard
@@ -388,11 +385,10 @@ func TestLoaderRebuildUnderTooSmallCap(t *testing.T) {
 // by other replicas whose creation the replica has not applied yet), and
 // look rows up.
 //
-// The keys come in clusters of keys that no guard of this seed and layout
-// can tell apart (same fingerprint and virtual index), inserted one after
-// the other: a removal of a key the guard does not hold takes a live
-// cluster mate's copy almost every time, whatever the guard's
-// false-positive rate.
+// The keys come in clusters of four that hash alike (clusterCodec), so that
+// no guard can tell them apart, inserted one after the other: a removal of
+// a key the guard does not hold takes a live cluster mate's copy every
+// time, whatever the guard's false-positive rate.
 //
 // Every ErrNotFound is checked against the table: a row that existed for
 // the whole Get, and that the replica knew of when the Get began (its own
@@ -408,7 +404,10 @@ func TestLoaderReplicasStress(t *testing.T) {
 	workers := max(runtime.GOMAXPROCS(0), 2)
 	perWorker := total / (replicas * workers)
 	opts := []Option{WithSeed(seed), WithShards(1), WithCapacity(64)}
-	keys := clusteredKeys(t, opts, total/2)
+	keys := make([]int, total/2)
+	for i := range keys {
+		keys[i] = i + 1
+	}
 
 	tbl := newLogTable()
 	var next atomic.Int64 // index of the next unused key
@@ -431,6 +430,7 @@ func TestLoaderReplicasStress(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		l.codec = clusterCodec
 		defer l.Close()
 		if _, err := l.AttachFeed(func() {}); err != nil {
 			t.Fatal(err)
@@ -519,34 +519,10 @@ func TestLoaderReplicasStress(t *testing.T) {
 		replicas, workers, perWorker, end, len(rows), checkedNotFound.Load())
 }
 
-// clusteredKeys returns at least n integer keys in clusters of 4 that a
-// guard made with opts cannot tell apart (one shard, so the same
-// fingerprint and virtual index mean the same item), cluster by cluster.
-func clusteredKeys(t *testing.T, opts []Option, n int) []int {
-	t.Helper()
-	g := mustNew(t, opts...)
-	// An item is (fingerprint, virtual index mod 2^(k+T)); k+T never
-	// changes as the shard doubles.
-	st := g.shards[0].Stats()
-	bits := st.FingerprintBits - shard.FingerprintBits + int(math.Log2(float64(st.Buckets)))
-	item := func(k int) uint64 {
-		_, f, v := g.route(hashUint64(g, uint64(k)))
-		return uint64(f)<<32 | v&(1<<bits-1)
-	}
-	groups := map[uint64][]int{}
-	var keys []int
-	for k := 1; len(keys) < n; k++ {
-		it := item(k)
-		grp := append(groups[it], k)
-		if len(grp) == 4 {
-			keys = append(keys, grp...)
-			delete(groups, it)
-			continue
-		}
-		groups[it] = grp
-	}
-	return keys
-}
+// clusterCodec hashes integer keys so that the keys of each cluster of
+// four (k/4 equal) get the same hash: no guard can tell them apart, so a
+// removal of a key the guard does not hold takes a cluster mate's copy.
+var clusterCodec = keyCodec[int]{hash: func(_ *Guard, k int) uint64 { return mix(uint64(k/4) + 1) }}
 
 // logTable is a table whose commits append to a log, the change feed.
 type logTable struct {

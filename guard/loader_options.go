@@ -51,7 +51,7 @@ func WithKeyBytes[K comparable](encode func(K) []byte) LoaderOption {
 
 // WithKeySource sets where a rebuild reads every key of the store, for
 // example `SELECT id FROM users`. Without it a Loader cannot rebuild: a
-// saturated shard then passes its lookups through for good.
+// shard that refused a key (ErrFull) then passes its lookups through for good.
 func WithKeySource[K comparable](source func(ctx context.Context) iter.Seq2[K, error]) LoaderOption {
 	return func(c *loaderConfig) { c.keySource = source }
 }

@@ -108,6 +108,12 @@ func (l *Loader[K, V]) add(v *view, h uint64) (bool, error) {
 	if err == nil {
 		return true, nil
 	}
+	if errors.Is(err, ErrTooManyCopies) {
+		// The guard holds MaxCopies copies of the key (or of keys it
+		// cannot tell from it): present already, and no row of a unique
+		// key can need more.
+		return false, nil
+	}
 	if errors.Is(err, ErrClosed) && v != l.cur.Load() && v != l.shadow.Load() {
 		// A rebuild replaced v while a Fill or CatchUp was adding to it.
 		// The new guard was filled from the key source after every write

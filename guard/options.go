@@ -1,16 +1,23 @@
 package guard
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/cuckooguard/cuckooguard/shard"
+)
 
 // Defaults and limits of the options.
 const (
 	// DefaultCapacity is the capacity of a Guard made without WithCapacity:
-	// about 150 KiB, growing on demand up to 256× as many keys.
+	// about 160 KiB, growing on demand as far as memory allows.
 	DefaultCapacity = 1 << 16
 	// MaxShards is the largest shard count WithShards accepts.
 	MaxShards = 1 << 16
 	// DefaultGrowThreshold is the load factor at which a shard doubles.
 	DefaultGrowThreshold = 0.9
+	// MaxCopies is the number of copies of one key a guard keeps; more
+	// adds of it return ErrTooManyCopies.
+	MaxCopies = shard.MaxCopies
 )
 
 // Option configures a Guard made by [New] or restored from a snapshot.
@@ -35,7 +42,7 @@ func defaultConfig() config {
 // WithCapacity sets the number of keys the guard is expected to hold. It
 // sizes the shards so that, filled to n keys, the guard uses at most about
 // 20 bits (2.5 bytes) per key and no shard has had to double. More keys are
-// accepted: shards double as they fill, up to 256× their initial size.
+// accepted: shards double as they fill, as often as needed.
 // n must be at least 1; the default is [DefaultCapacity].
 func WithCapacity(n int) Option {
 	return func(c *config) { c.capacity = n }
@@ -44,9 +51,11 @@ func WithCapacity(n int) Option {
 // WithShards sets the number of independently locked shards, in
 // [1, MaxShards]; it need not be a power of two. More shards let more
 // writers run in parallel and keep each doubling short; each shard costs
-// about 200 bytes besides its table. By default the count is chosen from
-// the capacity to waste the least memory (a guard of 1,000,000 keys gets
-// about a hundred).
+// about 320 bytes besides its table. A guard keeps its shards as it grows.
+// By default the count is chosen from the capacity to waste the least
+// memory (a guard of 1,000,000 keys gets about 70), and raised to 4 per
+// core (GOMAXPROCS, at most 256) where that fits in 64 KiB or in 20 bits
+// per declared key.
 func WithShards(n int) Option {
 	return func(c *config) { c.shards, c.shardsSet = n, true }
 }

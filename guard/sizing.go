@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"runtime"
 
 	"github.com/cuckooguard/cuckooguard/shard"
 )
@@ -62,13 +63,17 @@ func (l *layout) share(i int) float64 {
 	return float64(l.bounds[i]-lo) / (1 << routeBits)
 }
 
-// bytes returns the memory the layout's shards take.
+// bytes returns the memory the layout's shards take, at most math.MaxInt
+// (a 32-bit int overflows for large layouts).
 func (l *layout) bytes() int {
-	n := 0
+	var n int64
 	for _, k := range l.logs {
-		n += shard.BytesFor(k)
+		n += int64(shard.BytesFor(k))
+		if n > math.MaxInt {
+			return math.MaxInt
+		}
 	}
-	return n
+	return int(n)
 }
 
 // maxItemsPerShard returns the largest mean key count m of a shard of
@@ -99,7 +104,75 @@ func uniform(n, k int) layout {
 // more shards, so that writers contend less.
 //
 // With shards > 0 the count is fixed and all shards are equal.
-func plan(capacity, shards int, threshold float64) (layout, error) {
+//
+// A guard that starts small and grows keeps its shards (see
+// concurrencyShards), so plan also wants at least minShards of them, as
+// many as the memory budget of capacityBudget allows.
+func plan(capacity, shards int, threshold float64, minShards int) (layout, error) {
+	l, err := leanestPlan(capacity, shards, threshold)
+	if err != nil || shards > 0 || len(l.logs) >= minShards {
+		return l, err
+	}
+	budget := max(capacityBudget(capacity), l.bytes())
+	c := float64(capacity)
+	best := l
+	// better reports whether u beats best: enough shards first, then the
+	// least memory among layouts with enough, the most shards among those
+	// without.
+	better := func(u layout) bool {
+		un, bn := min(len(u.logs), minShards), min(len(best.logs), minShards)
+		if un != bn {
+			return un > bn
+		}
+		return u.bytes() < best.bytes()
+	}
+	for k := 1; k <= shard.MaxLog2Buckets; k++ {
+		need := int(math.Ceil(c / maxItemsPerShard(k, threshold)))
+		n := min(max(need, minShards), MaxShards)
+		for n >= need && n >= 1 {
+			if u := uniform(n, k); u.bytes() <= budget {
+				if better(u) {
+					best = u
+				}
+				break
+			}
+			// Too much memory with n shards of 2^k: fewer shards, as
+			// long as they hold the capacity.
+			n = max(need, n/2)
+			if n == need {
+				if u := uniform(n, k); u.bytes() <= budget && better(u) {
+					best = u
+				}
+				break
+			}
+		}
+	}
+	return best, nil
+}
+
+// concurrencyShards returns the shard count a guard wants for the cores it
+// runs on: 4 per GOMAXPROCS, at most 256. Writers of different shards never
+// wait for each other, and a shard that doubles makes only its own readers
+// retry; a guard keeps its shards for life, so a small one that will grow
+// needs them from the start.
+func concurrencyShards() int {
+	return min(4*runtime.GOMAXPROCS(0), 256)
+}
+
+// capacityBudget is the memory plan may spend on shards for concurrency: 20
+// bits per key at the declared capacity, and at least 64 KiB for guards
+// declared for fewer than 10,000 keys, whose tables are tiny beside the
+// shards' fixed overhead.
+func capacityBudget(capacity int) int {
+	b := capacity * 20 / 8
+	if capacity < 10_000 {
+		b = max(b, 64<<10)
+	}
+	return b
+}
+
+// leanestPlan is plan without the concurrency target.
+func leanestPlan(capacity, shards int, threshold float64) (layout, error) {
 	c := float64(capacity)
 	if shards > 0 {
 		for k := 1; k <= shard.MaxLog2Buckets; k++ {
@@ -206,7 +279,7 @@ func mixed(c float64, k int, threshold float64) (layout, bool) {
 // a guard configured by c fits in c.maxBytes (0 if none does).
 func capacityWithin(c config) int {
 	fits := func(n int) bool {
-		l, err := plan(n, c.shards, c.growThreshold)
+		l, err := leanestPlan(n, c.shards, c.growThreshold)
 		return err == nil && guardBytes+l.bytes() <= c.maxBytes
 	}
 	lo, hi := 0, c.capacity // fits(lo) or lo == 0

@@ -8,31 +8,34 @@ import (
 	"io"
 	"math/bits"
 
-	"github.com/puzpuzpuz/xsync/v3"
 	"github.com/zeebo/xxh3"
 
 	"github.com/cuckooguard/cuckooguard/shard"
 )
 
-// Snapshot format, version 1 (all integers little-endian):
+// Snapshot format, version 2 (all integers little-endian):
 //
 //	magic     [4]byte  "CKGD"
-//	version   uint16   1
+//	version   uint16   2
 //	flags     uint16   0
 //	seed      uint64   the hash seed
 //	shards    uint32   number of shards, in [1, MaxShards]
 //	bounds    uint32   0 for equal shards, else = shards (mixed layout)
-//	bound     bounds × uint32, strictly increasing, the last = 2^24
+//	bound     bounds × uint32, strictly increasing, the last = 2^16
 //	shard     shards × the encoding of package shard (see shard.Shard.WriteTo)
 //	checksum  uint64   xxh3 of every byte before it
 //
 // Each shard is encoded under its own lock, so a snapshot taken while
 // writers run is consistent per shard but not across shards. A restored
 // guard is older than the store it guards; see [Loader] for catching up.
+//
+// Version 1 snapshots hold the fixed-tail slots of earlier releases, whose
+// keys sit at other positions; [Restore] refuses them (rebuild the guard
+// from the store instead).
 
 const (
 	snapshotMagic   = "CKGD"
-	snapshotVersion = 1
+	snapshotVersion = 2
 )
 
 // ErrSnapshot is returned by [Restore] for input that is not a valid
@@ -127,7 +130,11 @@ func Restore(r io.Reader, opts ...Option) (*Guard, error) {
 	if string(hdr[:4]) != snapshotMagic {
 		return nil, fmt.Errorf("%w: bad magic %q", ErrSnapshot, hdr[:4])
 	}
-	if v := binary.LittleEndian.Uint16(hdr[4:]); v != snapshotVersion {
+	switch v := binary.LittleEndian.Uint16(hdr[4:]); v {
+	case snapshotVersion:
+	case 1:
+		return nil, fmt.Errorf("%w: version 1 is the fixed-tail layout of earlier releases, which this release cannot read; build the guard from the store again", ErrSnapshot)
+	default:
 		return nil, fmt.Errorf("%w: version %d, want %d", ErrSnapshot, v, snapshotVersion)
 	}
 	if f := binary.LittleEndian.Uint16(hdr[6:]); f != 0 {
@@ -164,14 +171,7 @@ func Restore(r io.Reader, opts ...Option) (*Guard, error) {
 			lay.bounds[i], prev = b, b
 		}
 	}
-	g := &Guard{
-		shards:   make([]shard.Shard, n),
-		lay:      lay,
-		seed:     seed,
-		adds:     xsync.NewCounter(),
-		removes:  xsync.NewCounter(),
-		failures: xsync.NewCounter(),
-	}
+	g := newGuardValue(lay, seed)
 	for i := range g.shards {
 		// Init makes the shard usable; ReadFrom then replaces its table.
 		if err := g.shards[i].Init(1, mix(seed+uint64(i))|1); err != nil {

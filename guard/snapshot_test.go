@@ -2,9 +2,11 @@ package guard
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -129,6 +131,15 @@ func TestRestoreRejectsBadInput(t *testing.T) {
 		t.Fatalf("Restore with matching seed: %v", err)
 	}
 	g.Close()
+	// A version 1 snapshot (the fixed-tail layout) is refused, saying so.
+	v1 := bytes.Clone(snap)
+	binary.LittleEndian.PutUint16(v1[4:], 1)
+	if g, err := Restore(bytes.NewReader(v1)); err == nil || !errors.Is(err, ErrSnapshot) || !strings.Contains(err.Error(), "version 1") {
+		if g != nil {
+			g.Close()
+		}
+		t.Fatalf("Restore of a version 1 snapshot = %v", err)
+	}
 }
 
 // FuzzRestore feeds arbitrary bytes to Restore: it must return an error or

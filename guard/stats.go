@@ -10,19 +10,23 @@ import (
 // does not necessarily correspond to any consistent snapshot while writers
 // run.
 type Stats struct {
-	Items           int     // keys in the set, counting copies
-	Shards          int     // number of shards
-	Slots           int     // fingerprint slots over all shards
-	Bytes           int     // memory of the guard, its shards and their tables
-	LoadFactor      float64 // Items / Slots
-	BitsPerItem     float64 // 8·Bytes / Items (0 when empty)
-	EstimatedFPR    float64 // expected false-positive rate of a lookup of an absent key
-	Doublings       int     // doublings over all shards
-	SaturatedShards int     // shards with no doubling left
-	Adds            uint64  // successful adds
-	Removes         uint64  // successful removes
-	AddFailures     uint64  // adds that returned ErrFull
-	ReadRetries     uint64  // lookups that retried because a writer moved fingerprints
+	Items             int     // keys in the set, counting copies added
+	Copies            int     // occupied slots: Items plus the copies of void entries (see the package doc)
+	VoidCopies        int     // occupied slots whose entries have no tail bits left
+	Shards            int     // number of shards
+	Slots             int     // fingerprint slots over all shards
+	Bytes             int     // memory of the guard, its shards and their tables
+	LoadFactor        float64 // Copies / Slots
+	BitsPerItem       float64 // 8·Bytes / Items (0 when empty)
+	EstimatedFPR      float64 // expected false-positive rate of a lookup of an absent key
+	Doublings         int     // doublings over all shards
+	MaxDoublings      int     // doublings of the shard that doubled most
+	SaturatedShards   int     // shards whose table uses every position bit (2^40 buckets)
+	Adds              uint64  // successful adds
+	Removes           uint64  // successful removes
+	AddFailures       uint64  // adds that returned ErrFull
+	DuplicatesRefused uint64  // adds that returned ErrTooManyCopies
+	ReadRetries       uint64  // lookups that retried because a writer moved fingerprints
 
 	MigrationsInFlight  int           // background doublings running now
 	MigrationsQueued    int           // shards waiting for a background worker
@@ -30,7 +34,7 @@ type Stats struct {
 	MigrationsRefused   int64         // doublings refused by the memory cap
 	TimeMigrating       time.Duration // total time spent doubling
 
-	PerShard []shard.Stats // per shard: items, fingerprint bits, tail bits left, doublings, …
+	PerShard []shard.Stats // per shard: items, copies, tail lengths, doublings, …
 }
 
 // Stats returns the guard's statistics. It costs O(shards) and takes no
@@ -38,11 +42,12 @@ type Stats struct {
 func (g *Guard) Stats() Stats {
 	rs := g.rs.Stats()
 	st := Stats{
-		Shards:      len(g.shards),
-		Bytes:       guardBytes,
-		Adds:        uint64(g.adds.Value()),
-		Removes:     uint64(g.removes.Value()),
-		AddFailures: uint64(g.failures.Value()),
+		Shards:            len(g.shards),
+		Bytes:             guardBytes,
+		Adds:              uint64(g.adds.Value()),
+		Removes:           uint64(g.removes.Value()),
+		AddFailures:       uint64(g.failures.Value()),
+		DuplicatesRefused: uint64(g.dupRefused.Value()),
 
 		MigrationsInFlight:  rs.InFlight,
 		MigrationsQueued:    rs.Queued,
@@ -56,18 +61,21 @@ func (g *Guard) Stats() Stats {
 		s := g.shards[i].Stats()
 		st.PerShard[i] = s
 		st.Items += s.Items
+		st.Copies += s.Copies
+		st.VoidCopies += s.Tails[0]
 		st.Slots += s.Slots
 		st.Bytes += s.Bytes
 		st.Doublings += s.Doublings
+		st.MaxDoublings = max(st.MaxDoublings, s.Doublings)
 		st.ReadRetries += s.ReadRetries
-		if s.TailBits == 0 && !s.Growing {
+		if g.shards[i].Saturated() {
 			st.SaturatedShards++
 		}
 		// A shard sees lookups in proportion to its routing share.
 		fpr += s.EstimatedFPR * g.lay.share(i)
 	}
 	st.EstimatedFPR = fpr
-	st.LoadFactor = float64(st.Items) / float64(st.Slots)
+	st.LoadFactor = float64(st.Copies) / float64(st.Slots)
 	if st.Items > 0 {
 		st.BitsPerItem = 8 * float64(st.Bytes) / float64(st.Items)
 	}

@@ -11,6 +11,11 @@ const (
 	DefaultThreshold = 0.9
 	// DefaultChunk is the number of buckets a worker splits per step.
 	DefaultChunk = 256
+	// MinGrowLoad is the load factor below which [Resizer.GrowNow]
+	// refuses to double a shard (see ErrCrowded). Items with random
+	// positions fill a (2,4)-cuckoo table to about 0.95 before an insert
+	// fails.
+	MinGrowLoad = 0.5
 )
 
 // DefaultWorkers returns the default bound on concurrent migrations: one

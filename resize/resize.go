@@ -175,10 +175,14 @@ func (r *Resizer) migrate(s *shard.Shard) {
 // helps finish the one in progress, and returns once no doubling is in
 // progress. If another goroutine doubled s meanwhile it returns at once.
 // Either way the caller should retry its insert. It returns [ErrSaturated]
-// or [ErrMaxBytes] when s cannot double. GrowNow works after Close too.
+// or [ErrMaxBytes] when s cannot double, and [ErrCrowded] when s is less
+// than MinGrowLoad full. GrowNow works after Close too.
 func (r *Resizer) GrowNow(s *shard.Shard, doublings int) error {
 	if s.Doublings() != doublings {
 		return nil // doubled meanwhile: no need to reserve memory
+	}
+	if s.LoadFactor() < MinGrowLoad && !s.Growing() {
+		return ErrCrowded
 	}
 	need, old := int64(s.NextGrowBytes()), int64(s.TableBytes())
 	if !r.reserve(need) {

@@ -29,7 +29,7 @@ func fill(t *testing.T, s *shard.Shard, r *rand.Rand, load float64) []item {
 	t.Helper()
 	var items []item
 	for s.LoadFactor() < load {
-		it := item{f: uint8(r.IntN(255) + 1), v: r.Uint64()}
+		it := item{f: uint8(r.IntN(255) + 1), v: r.Uint64() &^ (1<<24 - 1)}
 		if err := s.Insert(it.f, it.v); err != nil {
 			t.Fatalf("Insert: %v", err)
 		}
@@ -141,9 +141,18 @@ func TestWorkersBoundConcurrency(t *testing.T) {
 
 // TestGrowNowHelpsAndRespectsCap checks the synchronous path: a doubling
 // that fits the cap happens, one that does not is refused with ErrMaxBytes,
-// and a saturated shard reports ErrSaturated.
+// and a shard less than half full is refused with ErrCrowded.
 func TestGrowNowHelpsAndRespectsCap(t *testing.T) {
 	s := mustNewShard(t, 4)
+	empty, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer empty.Close()
+	if err := empty.GrowNow(s, 0); !errors.Is(err, ErrCrowded) {
+		t.Fatalf("GrowNow on an empty shard = %v, want ErrCrowded", err)
+	}
+	fill(t, s, rand.New(rand.NewPCG(1, 1)), 0.9)
 	used := int64(s.TableBytes())
 	r, err := New(WithMaxBytes(used+int64(s.NextGrowBytes()), used))
 	if err != nil {
@@ -159,6 +168,12 @@ func TestGrowNowHelpsAndRespectsCap(t *testing.T) {
 	if err := r.GrowNow(s, 0); err != nil {
 		t.Fatalf("GrowNow with a stale count: %v, want nil (someone else doubled)", err)
 	}
+	// Doubled once, the shard is about 0.45 full: a failed insert there
+	// would be a crowd, not a full table.
+	if err := r.GrowNow(s, 1); !errors.Is(err, ErrCrowded) {
+		t.Fatalf("GrowNow on a shard at load %.2f = %v, want ErrCrowded", s.LoadFactor(), err)
+	}
+	fill(t, s, rand.New(rand.NewPCG(2, 2)), 0.9)
 	if err := r.GrowNow(s, 1); !errors.Is(err, ErrMaxBytes) {
 		t.Fatalf("GrowNow past the cap = %v, want ErrMaxBytes", err)
 	}
@@ -166,19 +181,6 @@ func TestGrowNowHelpsAndRespectsCap(t *testing.T) {
 		t.Fatalf("Stats = %+v", st)
 	}
 
-	unlimited, err := New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unlimited.Close()
-	for d := 1; d < shard.InitialTailBits; d++ {
-		if err := unlimited.GrowNow(s, d); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := unlimited.GrowNow(s, shard.InitialTailBits); !errors.Is(err, ErrSaturated) {
-		t.Fatalf("GrowNow on a saturated shard = %v, want ErrSaturated", err)
-	}
 }
 
 // TestCloseMidMigration closes the Resizer while a slow migration runs and

@@ -3,8 +3,7 @@ package shard
 import "math/bits"
 
 // A bucket is one uint64 holding four 16-bit lanes. A lane is 0 when the
-// slot is empty; a stored slot is never 0 because its fingerprint part is
-// never 0.
+// slot is empty; a stored slot is never 0 (see slot.go).
 const (
 	slotsPerBucket = 4
 	laneBits       = 16
@@ -12,6 +11,8 @@ const (
 
 	lanesLow  = 0x0001_0001_0001_0001 // the value 1 in every lane
 	lanesHigh = 0x8000_8000_8000_8000 // the top bit of every lane
+	lowBytes  = 0x00ff_00ff_00ff_00ff // the tail byte of every lane
+	stoppers  = 0x0100_0100_0100_0100 // bit 8 of every lane
 )
 
 // zeroLanes returns a word whose lane i has its top bit set if lane i of x
@@ -22,6 +23,37 @@ const (
 // branches.
 func zeroLanes(x uint64) uint64 {
 	return (x - lanesLow) &^ x & lanesHigh
+}
+
+// exactZeroLanes returns a word whose lane i has its top bit set if and
+// only if lane i of x is zero: no borrow crosses lanes.
+func exactZeroLanes(x uint64) uint64 {
+	const low15 = ^uint64(lanesHigh)
+	return ^((x&low15 + low15) | x) & lanesHigh
+}
+
+// matches reports whether some lane of bucket w holds a slot that matches
+// the probe p (see probe): the fingerprint byte is equal and every tail bit
+// the lane keeps equals the probe's bit there. Lanes keep tails of
+// different lengths; each lane's own terminator (its lowest set bit) says
+// how many of the probe's bits to compare. It has no branches and no loop.
+//
+// Per lane, L is the tail byte with a stop bit above it, so that L-1 never
+// borrows out of the lane; L^(L-1) is the terminator and every bit below
+// it, which the comparison ignores. An empty lane compares only its
+// fingerprint byte, 0, which no probe has.
+func matches(w, p uint64) bool {
+	l := w&lowBytes | stoppers
+	below := (l ^ (l - lanesLow)) & lowBytes
+	return zeroLanes((w^p)&^below) != 0
+}
+
+// matchLanes is matches lane by lane: bit 16i+15 of the result is set if
+// and only if lane i of w matches probe p.
+func matchLanes(w, p uint64) uint64 {
+	l := w&lowBytes | stoppers
+	below := (l ^ (l - lanesLow)) & lowBytes
+	return exactZeroLanes((w ^ p) &^ below)
 }
 
 // hasSlot reports whether any lane of bucket b equals the slot value s.
@@ -39,13 +71,9 @@ func freeLane(b uint64) int {
 	return bits.TrailingZeros64(z) / laneBits
 }
 
-// findSlot returns the index of the lowest lane of b equal to s, or -1.
-func findSlot(b, s uint64) int {
-	z := zeroLanes(b ^ (s * lanesLow))
-	if z == 0 {
-		return -1
-	}
-	return bits.TrailingZeros64(z) / laneBits
+// equalLanes returns the number of lanes of b equal to the slot value s.
+func equalLanes(b, s uint64) int {
+	return bits.OnesCount64(exactZeroLanes(b ^ s*lanesLow))
 }
 
 // laneOf returns lane i of b.
@@ -61,9 +89,5 @@ func withLane(b uint64, i int, s uint64) uint64 {
 
 // countSlots returns the number of occupied lanes of b.
 func countSlots(b uint64) int {
-	// Per lane, adding 0x7fff to the low 15 bits carries into the top bit
-	// iff they are nonzero; lanes cannot carry into each other.
-	const low15 = ^uint64(lanesHigh)
-	y := (b&low15 + low15) | b
-	return bits.OnesCount64(y & lanesHigh)
+	return slotsPerBucket - bits.OnesCount64(exactZeroLanes(b))
 }

@@ -1,45 +1,81 @@
 // Package shard implements one (2,4)-cuckoo filter table with lock-free
-// lookups and in-place doubling, the building block of package guard.
+// lookups and in-place doubling without a size limit, the building block
+// of package guard.
 //
 // A Shard stores 16-bit slots, four to a bucket, one bucket per uint64, in a
 // table of 2^k buckets. It knows nothing about keys or how they are hashed:
-// callers pass an 8-bit fingerprint f (never 0) and a virtual index v, of
-// which the low [VirtualBits] bits are used. Package guard derives both from
-// one 64-bit hash of the key.
+// callers pass an 8-bit fingerprint f (never 0) and a position v, of which
+// the top [VirtualBits] bits are used. Package guard derives both from one
+// 64-bit hash of the key.
 //
-// # Slot layout ("scheme C")
+// # Slot layout
 //
-// The shard currently has T tail bits (T starts at [InitialTailBits]; F + T =
-// 16 with F = [FingerprintBits]). Each item has two candidate virtual indexes,
-// V1 = v and V2 = V1 XOR G(f) with G(f) = fmix64(f) | 1, both taken modulo
-// 2^(k+T). A slot in bucket j = Vc mod 2^k holds f<<T | (Vc>>k mod 2^T), where
-// Vc is the candidate the slot occupies. A lookup computes the expected 16-bit
-// value for each of its two buckets and matches it exactly, so the tail bits
-// count as fingerprint bits. Because k+T never changes, the XOR relation
-// between the two candidates survives every doubling.
+// An item has two candidate positions, V1 = v and V2 = V1 XOR G(f), with
+// G(f) = fmix64(f) over the position bits and its first bit set. In a table
+// of 2^k buckets an item at position Vc lives in bucket Vc>>(64-k), the
+// first k bits of Vc; its slot keeps f and a tail of the next t bits of Vc,
+// 0 ≤ t ≤ [MaxTailBits], closed by a 1 (the terminator):
+//
+//	f (8 bits) | tail (t bits) | 1 | 0 … 0 (7-t bits)
+//
+// Every entry thus carries its own tail length. An entry inserted into a
+// table of 2^k buckets gets the longest tail, min(7, VirtualBits-k). A
+// lookup compares each lane with the item's probe: equal fingerprints and
+// equal bits above the lane's terminator, for all four lanes at once with
+// no branch (see matches). An entry with an empty tail (void) matches every
+// item with its fingerprint and bucket.
+//
+// # Doubling
+//
+// A doubling (2^k → 2^(k+1) buckets) splits bucket j into buckets 2j and
+// 2j+1 by the first bit of each entry's tail, which the entry gives up.
+// Both children are fed by one bucket, so a split never overflows and
+// runs chunk by chunk without evictions. Because G covers every position
+// bit, an entry's alternate stays its alternate at every size. A void
+// entry no longer knows which child its items fall into: it is copied into
+// both (as in the Aleph filter), which costs a few slots and keeps every
+// item found. A shard can double until its table has 2^VirtualBits
+// buckets.
 //
 // # Guarantees
 //
 //   - No false negatives: an item inserted and not deleted is always reported
 //     present, including while other items are being evicted (kicked) and
-//     across [Shard.Grow].
+//     across doublings.
 //   - An insert that cannot be placed returns [ErrFull] and leaves every item
-//     stored before it exactly where it was; nothing is dropped.
-//   - The false-positive rate at load factor α with T tail bits is about
-//     8·α/2^(8+T): 1.1e-4 at α = 0.9 before any doubling. Each doubling
-//     removes one tail bit, so it doubles the rate.
-//   - A shard can double T0 = 8 times (256× its initial size); after that
-//     [Shard.Grow] returns [ErrSaturated].
+//     stored before it exactly where it was; nothing is dropped. More than
+//     [MaxCopies] identical copies of one item are refused with
+//     [ErrTooManyCopies].
+//   - False positives: an entry with a t-bit tail matches an absent item
+//     that probes its bucket with probability about 2^-t/255. In a table
+//     that doubles whenever it reaches load α, each generation of entries
+//     (those inserted between two doublings) contributes the same share, so
+//     after d doublings the rate is about (d+1)·8α/(255·256): 2.2e-4 at
+//     α = 0.9 before any doubling, 1.4e-3 after 11 (measured, see the
+//     README). [Shard.Stats] reports the estimate from the entries' actual
+//     tail lengths.
+//
+// # Deletes
+//
+// Delete removes, of the entries an item matches in its two buckets and the
+// stash, one with the longest tail. If that entry belongs to another item,
+// the deleted item's own entry, whose tail is a prefix of it, is left and
+// matches every item the removed one matched: no false negative. The
+// copies of a void entry in buckets the item never probes are left behind;
+// they can only cause false positives. Deleting an item that was never
+// inserted can remove another item's entry; callers delete only what they
+// inserted.
 //
 // # Concurrency
 //
-// Writers (Insert, Delete, Grow) serialize on the shard's mutex. Lookups take
-// no lock: buckets are read with atomic loads, and a per-shard sequence
-// counter (a seqlock) is odd while fingerprints move (an eviction chain, a
-// stash move, a table swap). A lookup that finds its item returns at once; a
-// miss is trusted only if the sequence was even and unchanged across the
-// reads, otherwise the lookup retries. A plain insert into a free slot and a
-// delete do not move other items, so they need no sequence bump.
+// Writers (Insert, Delete, the doubling steps) serialize on the shard's
+// mutex. Lookups take no lock: buckets are read with atomic loads, and a
+// per-shard sequence counter (a seqlock) is odd while fingerprints move (an
+// eviction chain, a stash move, a doubling step). A lookup that finds its
+// item returns at once; a miss is trusted only if the sequence was even and
+// unchanged across the reads, otherwise the lookup retries. A plain insert
+// into a free slot and a delete do not move other items, so they need no
+// sequence bump.
 //
 // # Usage
 //

@@ -9,22 +9,27 @@ import (
 
 // Encoding of one shard (all integers little-endian):
 //
-//	k          uint8    log2 of the bucket count, in [1, VirtualBits-T]
-//	T          uint8    tail bits, in [0, InitialTailBits]
-//	stashLen   uint8    stash entries that follow, at most StashSize
+//	k          uint8    log2 of the bucket count, in [1, VirtualBits]
 //	reserved   uint8    0
-//	items      uint64   items in buckets and stash
+//	stashLen   uint16   stash entries that follow, at most maxStash
+//	doublings  uint32   times the shard has doubled
+//	items      uint64   items inserted and not deleted
+//	copies     uint64   occupied slots, in buckets and stash
 //	stash      stashLen × uint64, each bucket<<16 | slot
 //	buckets    2^k × uint64
 //
-// The number of doublings is InitialTailBits - T. A shard that is doubling
-// when it is encoded finishes the doubling first.
+// A shard that is doubling when it is encoded finishes the doubling first.
 
 // ErrCorrupt is returned by [Shard.ReadFrom] for an encoding that is not a
 // valid shard. The error wraps it with what was wrong.
 var ErrCorrupt = errors.New("shard: corrupt encoding")
 
-const encodedHeaderBytes = 12
+const encodedHeaderBytes = 24
+
+// maxStash bounds the stash length an encoding may claim. Eviction walks
+// stash at most StashSize entries; only entries that no doubling can tell
+// apart from their neighbours add more.
+const maxStash = 1 << 12
 
 // WriteTo writes the shard's encoding to w and returns the number of bytes
 // written. It holds the shard's mutex while it runs, so writers of this
@@ -35,15 +40,13 @@ func (s *Shard) WriteTo(w io.Writer) (int64, error) {
 	defer s.mu.Unlock()
 	s.finishGrowLocked()
 	t := s.tab.Load()
-	var stash []uint64
-	for i := range t.stash {
-		if e := t.stash[i].Load(); e != 0 {
-			stash = append(stash, e)
-		}
-	}
+	stash := t.stashEntries()
 	buf := make([]byte, 0, 64<<10)
-	buf = append(buf, t.k, t.t, uint8(len(stash)), 0)
+	buf = append(buf, t.k, 0)
+	buf = binary.LittleEndian.AppendUint16(buf, uint16(len(stash)))
+	buf = binary.LittleEndian.AppendUint32(buf, uint32(s.doublings.Load()))
 	buf = binary.LittleEndian.AppendUint64(buf, uint64(s.items.Load()))
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(s.copies.Load()))
 	for _, e := range stash {
 		buf = binary.LittleEndian.AppendUint64(buf, e)
 	}
@@ -77,27 +80,25 @@ func (s *Shard) ReadFrom(r io.Reader) (int64, error) {
 	if err != nil {
 		return read, fmt.Errorf("shard: read header: %w", eof(err))
 	}
-	k, tail, stashLen := hdr[0], hdr[1], int(hdr[2])
-	items := binary.LittleEndian.Uint64(hdr[4:])
+	k, stashLen := hdr[0], int(binary.LittleEndian.Uint16(hdr[2:]))
+	doublings := binary.LittleEndian.Uint32(hdr[4:])
+	items := binary.LittleEndian.Uint64(hdr[8:])
+	copies := binary.LittleEndian.Uint64(hdr[16:])
 	switch {
-	case hdr[3] != 0:
-		return read, fmt.Errorf("%w: reserved byte %d", ErrCorrupt, hdr[3])
-	case tail > InitialTailBits:
-		return read, fmt.Errorf("%w: %d tail bits, at most %d", ErrCorrupt, tail, InitialTailBits)
-	case k < 1 || int(k)+int(tail) > VirtualBits:
-		return read, fmt.Errorf("%w: 2^%d buckets with %d tail bits", ErrCorrupt, k, tail)
-	case stashLen > StashSize:
-		return read, fmt.Errorf("%w: stash of %d entries, at most %d", ErrCorrupt, stashLen, StashSize)
+	case hdr[1] != 0:
+		return read, fmt.Errorf("%w: reserved byte %#x", ErrCorrupt, hdr[1])
+	case k < 1 || k > maxTableLog2:
+		return read, fmt.Errorf("%w: 2^%d buckets", ErrCorrupt, k)
+	case doublings >= uint32(k):
+		return read, fmt.Errorf("%w: %d doublings of a table of 2^%d buckets", ErrCorrupt, doublings, k)
+	case stashLen > maxStash:
+		return read, fmt.Errorf("%w: stash of %d entries, at most %d", ErrCorrupt, stashLen, maxStash)
+	case items > copies:
+		return read, fmt.Errorf("%w: %d items in %d slots", ErrCorrupt, items, copies)
 	}
-	t := &table{
-		kmask: 1<<k - 1,
-		vmask: 1<<(uint(k)+uint(tail)) - 1,
-		tmask: 1<<tail - 1,
-		k:     k,
-		t:     tail,
-	}
-	maxSlot := uint64(1)<<(FingerprintBits+uint(tail)) - 1
-	valid := func(s uint64) bool { return s>>tail != 0 && s <= maxSlot }
+	t := newTableHeader(k)
+	maxTail := t.tnew()
+	valid := func(sl uint64) bool { return sl>>8 != 0 && sl&0xff != 0 && tailLen(sl) <= maxTail }
 	count := uint64(0)
 	for i := range stashLen {
 		var b [8]byte
@@ -107,18 +108,18 @@ func (s *Shard) ReadFrom(r io.Reader) (int64, error) {
 			return read, fmt.Errorf("shard: read stash: %w", eof(err))
 		}
 		e := binary.LittleEndian.Uint64(b[:])
-		if e>>laneBits > t.kmask || !valid(e&laneMask) {
+		if e>>laneBits >= uint64(1)<<k || !valid(e&laneMask) {
 			return read, fmt.Errorf("%w: stash entry %d is %#x", ErrCorrupt, i, e)
 		}
-		t.stash[i].Store(e)
+		t.stashAdd(e>>laneBits, e&laneMask)
+		t.count(e&laneMask, 1)
 		count++
 	}
-	t.stashN.Store(int32(stashLen))
 
 	nb := uint64(1) << k
 	const chunk = 8 << 10 // buckets per read
 	buf := make([]byte, 8*min(nb, chunk))
-	for len(t.buckets) < int(nb) {
+	for uint64(len(t.buckets)) < nb {
 		want := min(nb-uint64(len(t.buckets)), chunk)
 		n, err := io.ReadFull(r, buf[:8*want])
 		read += int64(n)
@@ -132,20 +133,23 @@ func (s *Shard) ReadFrom(r io.Reader) (int64, error) {
 					if !valid(sl) {
 						return read, fmt.Errorf("%w: bucket %d holds slot %#x", ErrCorrupt, len(t.buckets), sl)
 					}
+					t.count(sl, 1)
 					count++
 				}
 			}
 			t.buckets = append(t.buckets, b)
 		}
 	}
-	if count != items {
-		return read, fmt.Errorf("%w: %d items recorded, %d stored", ErrCorrupt, items, count)
+	if count != copies {
+		return read, fmt.Errorf("%w: %d slots recorded, %d stored", ErrCorrupt, copies, count)
 	}
+	t.exact = t.tnew() == MaxTailBits && t.tails[MaxTailBits].Load() == int64(copies)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.tab.Store(t)
 	s.items.Store(int64(items))
-	s.doublings.Store(int32(InitialTailBits - tail))
+	s.copies.Store(int64(copies))
+	s.doublings.Store(int32(doublings))
 	return read, nil
 }
 

@@ -11,10 +11,17 @@ import "errors"
 // that writers retrying on a full shard do not keep lookups retrying.
 var ErrFull = errors.New("shard: full")
 
-// ErrSaturated is returned by [Shard.Grow] when the shard has no tail bits
-// left: it has already doubled [InitialTailBits] times.
-var ErrSaturated = errors.New("shard: saturated: no tail bits left to split")
+// ErrTooManyCopies is returned by [Shard.Insert] for an item of which the
+// shard holds [MaxCopies] identical copies already. The item is present;
+// the shard is unchanged. Doubling would not help (every copy of an item
+// moves to the same bucket), so callers must not double on it.
+var ErrTooManyCopies = errors.New("shard: too many copies of one item")
+
+// ErrSaturated is returned by [Shard.Grow] when the shard's table has
+// 2^VirtualBits buckets (on a 32-bit platform, 2^27: 1 GiB) and cannot
+// double again.
+var ErrSaturated = errors.New("shard: saturated: the table uses every position bit")
 
 // ErrZeroFingerprint is returned by [Shard.Insert] for the fingerprint 0,
-// which marks an empty slot and so cannot be stored.
+// which no lookup may match (see the package documentation).
 var ErrZeroFingerprint = errors.New("shard: fingerprint must not be 0")

@@ -9,12 +9,13 @@ import (
 
 func ExampleShard() {
 	// A shard of 2^4 buckets (64 slots). Callers derive a nonzero 8-bit
-	// fingerprint and a virtual index from their own hash of the key.
+	// fingerprint and a position (the top 40 bits of v) from their own hash
+	// of the key.
 	s, err := shard.New(4)
 	if err != nil {
 		panic(err)
 	}
-	const f, v = 0x5a, 0x12345678
+	const f, v = 0x5a, 0x12345678 << 32
 	if err := s.Insert(f, v); err != nil {
 		panic(err)
 	}
@@ -30,10 +31,10 @@ func ExampleShard_Grow() {
 	if err != nil {
 		panic(err)
 	}
-	// Insert until the table is full, doubling whenever it is.
+	// Insert, doubling whenever the table is full.
 	for i := range uint64(100) {
 		for {
-			err := s.Insert(uint8(i%255+1), i*0x9e3779b9)
+			err := s.Insert(uint8(i%255+1), i*0x9e3779b97f4a7c15)
 			if !errors.Is(err, shard.ErrFull) {
 				break
 			}
@@ -43,6 +44,6 @@ func ExampleShard_Grow() {
 		}
 	}
 	st := s.Stats()
-	fmt.Println(st.Items, st.Doublings > 0, st.TailBits == shard.InitialTailBits-st.Doublings)
+	fmt.Println(st.Items, st.Doublings > 0, st.Tails[shard.MaxTailBits] > 0)
 	// Output: 100 true true
 }

@@ -5,11 +5,13 @@ package shard
 // chunk, about a microsecond.
 const DefaultChunk = 256
 
-// A doubling splits every bucket j of the current table (2^k buckets, T
-// tail bits) into buckets j and j+2^k of a new table with one tail bit
-// fewer, by the lowest bit of each slot's tail. Nothing is rehashed and
-// nothing is evicted; each slot keeps its fingerprint, so the
-// false-positive rate at a given load doubles.
+// A doubling splits every bucket j of the current table (2^k buckets)
+// into buckets 2j and 2j+1 of a new table, by the first bit of each
+// entry's tail, which the entry gives up. Nothing is rehashed and nothing
+// is evicted. An entry with no tail left (void) is copied into both
+// children; entries inserted into the new table get the longest tail again,
+// so the false-positive rate grows with the number of doublings only
+// slowly (see the package documentation).
 //
 // A doubling is incremental, in the style of the Go runtime's map growth:
 // [Shard.BeginGrow] allocates the new table, [Shard.GrowStep] splits the
@@ -48,11 +50,11 @@ func (s *Shard) beginGrowLocked() (bool, error) {
 	if t.next.Load() != nil {
 		return false, nil
 	}
-	if t.t == 0 {
+	if t.k >= maxTableLog2 {
 		return false, ErrSaturated
 	}
 	// Nothing moves yet (the cursor is 0), so readers need no retry.
-	t.next.Store(newTable(t.k+1, t.t-1))
+	t.next.Store(newTable(t.k + 1))
 	return true, nil
 }
 
@@ -71,46 +73,65 @@ func (s *Shard) growStepLocked(chunk int) bool {
 		return true
 	}
 	cur := t.cursor.Load()
-	half := uint64(len(t.buckets))
-	end := min(cur+uint64(chunk), half)
+	end := min(cur+uint64(chunk), uint64(len(t.buckets)))
 	// The old table keeps every slot it splits, so a reader that resolved
 	// a bucket with the old cursor still finds it there; the odd sequence
 	// is for the stash move in finishLocked, and keeps the rule that every
 	// move of a fingerprint happens under an odd sequence.
 	s.seq.Add(1)
+	var hist [MaxTailBits + 1]int64
+	voids := 0
 	for j := cur; j < end; j++ {
-		// New buckets j and j+half are fed by old bucket j only, and
+		// New buckets 2j and 2j+1 are fed by old bucket j only, and
 		// writers put nothing there until the cursor passes j: plain
 		// stores of the split are enough, atomic for concurrent readers.
-		lo, hi := splitBucket(t.buckets[j], t.t)
-		storeBucket(nt, j, lo)
-		storeBucket(nt, j+half, hi)
+		lo, hi, v := splitBucket(t.buckets[j], &hist)
+		storeBucket(nt, 2*j, lo)
+		storeBucket(nt, 2*j+1, hi)
+		voids += v
 	}
+	for tl, n := range hist {
+		if n != 0 {
+			nt.tails[tl].Add(n)
+		}
+	}
+	s.copies.Add(int64(voids))
 	t.cursor.Store(end)
-	if end == half {
+	if end == uint64(len(t.buckets)) {
 		s.finishLocked(t, nt)
 	}
 	s.seq.Add(1)
-	return end == half
+	return end == uint64(len(t.buckets))
 }
 
 // finishLocked completes a doubling whose buckets are all split: it moves
 // the old stash into the new table and publishes the new table. The caller
 // holds s.mu with the sequence odd.
 func (s *Shard) finishLocked(t, nt *table) {
-	for i := range t.stash {
-		e := t.stash[i].Load()
-		if e == 0 {
-			continue
+	for _, e := range t.stashEntries() {
+		b, sl := e>>laneBits, e&laneMask
+		ns, bit, ok := splitSlot(sl)
+		children := [2]uint64{2*b + bit}
+		n := 1
+		if !ok {
+			children, n = [2]uint64{2 * b, 2*b + 1}, 2 // void: a copy in each
+			s.copies.Add(1)
 		}
-		b, sl := splitSlot(e>>laneBits, e&laneMask, t.k, t.t)
-		// The new table has room now; keep the stash only if it does not.
-		// Its stash is empty: inserts during a migration never stash.
-		if !nt.place(b, sl) {
-			nt.stashPut(b, sl)
+		for _, c := range children[:n] {
+			// The new table is about half full, so a free slot in either
+			// bucket or an eviction walk (the whole table is split by now)
+			// almost always takes the entry. When neither can (its two
+			// buckets full of entries no doubling tells apart, such as
+			// void copies), it stays stashed: the stash may then hold more
+			// than StashSize entries, which lookups check all the same.
+			if !nt.place(c, ns) && s.walkLocked(nt, c, ns) != nil {
+				nt.stashAdd(c, ns)
+			}
+			nt.count(ns, 1)
 		}
-		t.stashClear(i)
 	}
+	t.stash.Store(nil)
+	t.stashN.Store(0)
 	s.tab.Store(nt)
 	s.doublings.Add(1)
 	s.fullAt = 0
@@ -126,7 +147,8 @@ func (s *Shard) finishGrowLocked() {
 // Grow doubles the shard now: it finishes a doubling in progress, or
 // begins one and runs it to the end, releasing the mutex between chunks so
 // that other writers of the shard wait for at most one chunk. Lookups never
-// wait. It returns [ErrSaturated] when no tail bits are left.
+// wait. It returns [ErrSaturated] once the table has 2^VirtualBits
+// buckets.
 func (s *Shard) Grow() error {
 	if _, err := s.BeginGrow(); err != nil {
 		return err
@@ -169,10 +191,11 @@ func (s *Shard) Growing() bool {
 	return s.tab.Load().next.Load() != nil
 }
 
-// Saturated reports whether the shard can no longer double.
+// Saturated reports whether the shard can no longer double: its table
+// has 2^VirtualBits buckets (2^27 on a 32-bit platform).
 func (s *Shard) Saturated() bool {
 	t := s.tab.Load()
-	return t.t == 0 && t.next.Load() == nil
+	return t.k >= maxTableLog2 && t.next.Load() == nil
 }
 
 // NextGrowBytes returns the memory the next doubling allocates: a table

@@ -17,7 +17,7 @@ import (
 type Shard struct {
 	// Read side: everything a lookup touches, in one cache line.
 	seq atomic.Uint64         // seqlock: odd while fingerprints move
-	tab atomic.Pointer[table] // current table; replaced by Grow
+	tab atomic.Pointer[table] // current table; replaced by a doubling
 	_   [cacheLine - 8 - unsafe.Sizeof(uintptr(0))]byte
 
 	// Write side, kept off the readers' cache line so that plain inserts and
@@ -31,11 +31,13 @@ const cacheLine = 64
 
 type writeSide struct {
 	mu        sync.Mutex   // protects the fields below and writes to *tab
-	items     atomic.Int64 // written under mu, read without it by Len
+	items     atomic.Int64 // items inserted and not deleted; written under mu
+	copies    atomic.Int64 // occupied slots, stash included; written under mu
 	doublings atomic.Int32 // written under mu
 	retries   atomic.Uint64
-	rng       uint64 // xorshift state for the eviction walk
-	path      []step // scratch: the current eviction walk, for rollback
+	refused   atomic.Uint64 // inserts refused with ErrTooManyCopies
+	rng       uint64        // xorshift state for the eviction walk
+	path      []step        // scratch: the current eviction walk, for rollback
 	// fullAt is the item count at which an eviction walk last failed, 0
 	// if none has since the last delete or doubling. An insert that would
 	// need a walk at that count or above fails at once: a walk holds the
@@ -52,9 +54,9 @@ type step struct {
 	old    uint64
 }
 
-// New returns an empty shard with 2^log2Buckets buckets of four slots and
-// [InitialTailBits] tail bits. log2Buckets must be in [1, MaxLog2Buckets];
-// a shard of 2^k buckets takes 2^(k+3) bytes.
+// New returns an empty shard with 2^log2Buckets buckets of four slots.
+// log2Buckets must be in [1, MaxLog2Buckets]; a shard of 2^k buckets takes
+// 2^(k+3) bytes.
 func New(log2Buckets int) (*Shard, error) {
 	s := new(Shard)
 	if err := s.Init(log2Buckets, 0); err != nil {
@@ -74,11 +76,13 @@ func (s *Shard) Init(log2Buckets int, seed uint64) error {
 		seed = 0x9e3779b97f4a7c15
 	}
 	s.rng = seed
-	s.tab.Store(newTable(uint8(log2Buckets), InitialTailBits))
+	t := newTable(uint8(log2Buckets))
+	t.exact = t.tnew() == MaxTailBits
+	s.tab.Store(t)
 	return nil
 }
 
-// Contains reports whether the item with fingerprint f and virtual index v
+// Contains reports whether the item with fingerprint f and position v
 // might be in the shard. If true, the result might be a false positive. If
 // false, the item is definitely not in the shard: no insert of it completed
 // before the call began without a delete after it.
@@ -91,13 +95,23 @@ func (s *Shard) Contains(f uint8, v uint64) bool {
 	// bound by how many the CPU overlaps, so instructions here count.
 	seq := s.seq.Load()
 	t := s.tab.Load()
-	b1, s1, b2, s2 := t.candidates(f, v, alt(f))
+	g := alt(f)
+	b1, p1, b2, p2 := t.probes(f, v, g)
 	// Both buckets are loaded and matched before one branch: the loads
 	// overlap, and a hit in either bucket costs no misprediction. A hit
 	// is never wrong, whatever writers are doing (a table being split
-	// still holds every item it held).
-	x1 := t.load(b1) ^ s1*lanesLow
-	x2 := t.load(b2) ^ s2*lanesLow
+	// still holds every item it held). See matches for the expression.
+	w1, w2 := t.load(b1), t.load(b2)
+	var x1, x2 uint64
+	if t.exact {
+		// Every entry keeps 7 tail bits: the slot is the probe with its
+		// last bit (the terminator) set.
+		x1, x2 = w1^(p1|lanesLow), w2^(p2|lanesLow)
+	} else {
+		l1, l2 := w1&lowBytes|stoppers, w2&lowBytes|stoppers
+		x1 = (w1 ^ p1) &^ ((l1 ^ (l1 - lanesLow)) & lowBytes)
+		x2 = (w2 ^ p2) &^ ((l2 ^ (l2 - lanesLow)) & lowBytes)
+	}
 	if zeroLanes(x1)|zeroLanes(x2) != 0 {
 		return true
 	}
@@ -133,9 +147,9 @@ func (s *Shard) containsSlow(f uint8, v uint64, seq uint64) bool {
 }
 
 // Insert adds one copy of the item with fingerprint f (which must not be 0)
-// and virtual index v. It returns [ErrFull] if the item cannot be placed; the
-// shard is then unchanged. Inserting the same item more than 2·4 times (plus
-// the stash) overflows its two buckets.
+// and position v (its top [VirtualBits] bits). It returns [ErrFull] if the
+// item cannot be placed and [ErrTooManyCopies] if the shard holds
+// [MaxCopies] identical copies of it already; the shard is then unchanged.
 func (s *Shard) Insert(f uint8, v uint64) error {
 	if f == 0 {
 		return ErrZeroFingerprint
@@ -147,21 +161,40 @@ func (s *Shard) Insert(f uint8, v uint64) error {
 	if nt := t.next.Load(); nt != nil {
 		// Migrating: a free slot in either resolved bucket is enough.
 		cur := t.cursor.Load()
-		v1 := v & t.vmask
-		tb1, b1, s1 := t.resolve(nt, cur, f, v1)
-		tb2, b2, s2 := t.resolve(nt, cur, f, v1^g&t.vmask)
-		if tb1.put(b1, s1) || tb2.put(b2, s2) {
-			s.items.Add(1)
-			return nil
+		var tabs [2]*table
+		var bs, ss [2]uint64
+		n := 0
+		for i, vc := range [2]uint64{v, v ^ g} {
+			tabs[i] = t.resolve(nt, cur, vc)
+			bs[i], _, ss[i] = tabs[i].candidate(f, vc)
+			n += equalLanes(tabs[i].buckets[bs[i]], ss[i]) + tabs[i].stashEqual(bs[i], ss[i])
+		}
+		if n >= MaxCopies {
+			s.refused.Add(1)
+			return ErrTooManyCopies
+		}
+		for i := range tabs {
+			if tabs[i].put(bs[i], ss[i]) {
+				s.added(tabs[i], ss[i])
+				return nil
+			}
 		}
 		// Evictions would have to cross the cursor: help finish the
 		// migration first, then insert into the doubled table.
 		s.finishGrowLocked()
 		t = s.tab.Load()
 	}
-	b1, s1, b2, s2 := t.candidates(f, v, g)
-	if t.put(b1, s1) || t.put(b2, s2) {
-		s.items.Add(1)
+	b1, s1, b2, s2 := t.slots(f, v, g)
+	if equalLanes(t.buckets[b1], s1)+equalLanes(t.buckets[b2], s2)+t.stashEqual(b1, s1)+t.stashEqual(b2, s2) >= MaxCopies {
+		s.refused.Add(1)
+		return ErrTooManyCopies
+	}
+	if t.put(b1, s1) {
+		s.added(t, s1)
+		return nil
+	}
+	if t.put(b2, s2) {
+		s.added(t, s2)
 		return nil
 	}
 	if s.fullAt != 0 && s.items.Load() >= s.fullAt {
@@ -174,8 +207,16 @@ func (s *Shard) Insert(f uint8, v uint64) error {
 		s.fullAt = s.items.Load()
 		return err
 	}
-	s.items.Add(1)
+	s.added(t, s1)
 	return nil
+}
+
+// added counts a new item whose slot s was stored in t. The caller holds
+// s.mu.
+func (s *Shard) added(t *table, sl uint64) {
+	s.items.Add(1)
+	s.copies.Add(1)
+	t.count(sl, 1)
 }
 
 // kickLocked places slot sl in bucket b, whose lanes are all taken, by a
@@ -186,7 +227,11 @@ func (s *Shard) kickLocked(t *table, b, sl uint64) error {
 	// Fingerprints move from here on: readers must not trust a miss.
 	s.seq.Add(1)
 	defer s.seq.Add(1)
+	return s.walkLocked(t, b, sl)
+}
 
+// walkLocked is kickLocked for a caller that holds the sequence odd.
+func (s *Shard) walkLocked(t *table, b, sl uint64) error {
 	path := s.path[:0]
 	for range MaxKicks {
 		lane := int(s.next() % slotsPerBucket)
@@ -214,12 +259,19 @@ func (s *Shard) kickLocked(t *table, b, sl uint64) error {
 	return ErrFull
 }
 
-// Delete removes one copy of the item with fingerprint f and virtual index v
-// and reports whether there was one. It matches each bucket's exact expected
-// slot value, so it never removes an item that a lookup of another key
-// could not tell apart from this one. Deleting an item that was never
-// inserted can still remove a colliding item; callers delete only what they
-// inserted.
+// Delete removes one copy of the item with fingerprint f and position v
+// and reports whether there was one. Of the entries the item matches in
+// its two buckets and the stash it removes one with the longest tail: that
+// is safe even if it is another item's entry, because every item that
+// matches a longer tail also matches the shorter one the deleted item's
+// own entry keeps (its tail is a prefix of the longer one). Deleting an
+// item that was never inserted can still remove another item's entry;
+// callers delete only what they inserted.
+//
+// An entry that was void (no tail left) when the shard doubled has copies
+// in buckets the item's lookups never visit; Delete removes the one in the
+// item's own buckets and leaves the others, which can only cause false
+// positives.
 func (s *Shard) Delete(f uint8, v uint64) bool {
 	if f == 0 {
 		return false
@@ -228,83 +280,74 @@ func (s *Shard) Delete(f uint8, v uint64) bool {
 	defer s.mu.Unlock()
 	t := s.tab.Load()
 	g := alt(f)
-	if nt := t.next.Load(); nt != nil {
-		if !s.deleteMigratingLocked(t, nt, f, v, g) {
-			return false
+	nt := t.next.Load()
+	cur := t.cursor.Load()
+	// The best match: a lane of a resolved bucket, or a stash entry.
+	var (
+		bestTab  *table
+		bestB    uint64
+		bestLane = -1
+		bestLen  = -1
+		bestSt   = -1
+	)
+	for _, vc := range [2]uint64{v, v ^ g} {
+		rt := t.resolve(nt, cur, vc)
+		b, pb, _ := rt.candidate(f, vc)
+		w := rt.buckets[b]
+		for i := range slotsPerBucket {
+			if sl := laneOf(w, i); slotMatches(sl, f, pb) && tailLen(sl) > bestLen {
+				bestTab, bestB, bestLane, bestLen, bestSt = rt, b, i, tailLen(sl), -1
+			}
 		}
-		s.items.Add(-1)
-		s.fullAt = 0
-		return true
 	}
-	b1, s1, b2, s2 := t.candidates(f, v, g)
-	if !t.remove(b1, s1) && !t.remove(b2, s2) && !t.stashRemove(b1, s1, b2, s2) {
+	for _, st := range [2]*table{t, nt} {
+		if st == nil || st.stashN.Load() == 0 {
+			continue
+		}
+		if i := st.stashMatch(f, v, g); i >= 0 {
+			if l := tailLen(st.stashEntries()[i] & laneMask); l > bestLen {
+				bestTab, bestLane, bestLen, bestSt = st, -1, l, i
+			}
+		}
+	}
+	if bestLen < 0 {
 		return false
 	}
+	// Clearing a slot moves nothing, so it needs no seqlock bump.
+	if bestSt >= 0 {
+		bestTab.count(bestTab.stashEntries()[bestSt]&laneMask, -1)
+		bestTab.stashRemove(bestSt)
+	} else {
+		w := bestTab.buckets[bestB]
+		bestTab.count(laneOf(w, bestLane), -1)
+		atomic.StoreUint64(&bestTab.buckets[bestB], withLane(w, bestLane, 0))
+	}
 	s.items.Add(-1)
+	s.copies.Add(-1)
 	s.fullAt = 0
-	if t.stashN.Load() != 0 {
+	if nt == nil && t.stashN.Load() != 0 {
 		s.drainStashLocked(t)
 	}
 	return true
 }
 
-// deleteMigratingLocked removes one copy of an item from a migrating shard:
-// from its resolved buckets, or from either table's stash.
-func (s *Shard) deleteMigratingLocked(t, nt *table, f uint8, v, g uint64) bool {
-	cur := t.cursor.Load()
-	v1 := v & t.vmask
-	v2 := v1 ^ g&t.vmask
-	tb1, b1, s1 := t.resolve(nt, cur, f, v1)
-	tb2, b2, s2 := t.resolve(nt, cur, f, v2)
-	if tb1.remove(b1, s1) || tb2.remove(b2, s2) {
-		return true
-	}
-	o1, os1 := t.candidate(f, v1)
-	o2, os2 := t.candidate(f, v2)
-	n1, ns1 := nt.candidate(f, v1)
-	n2, ns2 := nt.candidate(f, v2)
-	return t.stashRemove(o1, os1, o2, os2) || nt.stashRemove(n1, ns1, n2, ns2)
-}
-
-// stashRemove clears one stash entry equal to slot s1 of bucket b1 or s2 of
-// b2 and reports whether there was one.
-func (t *table) stashRemove(b1, s1, b2, s2 uint64) bool {
-	i := t.stashIndex(b1<<laneBits|s1, b2<<laneBits|s2)
-	if i < 0 {
-		return false
-	}
-	t.stashClear(i)
-	return true
-}
-
-// remove clears one lane of bucket b equal to slot s and reports whether
-// there was one. Clearing moves nothing, so it needs no seqlock bump.
-func (t *table) remove(b, s uint64) bool {
-	old := t.buckets[b]
-	i := findSlot(old, s)
-	if i < 0 {
-		return false
-	}
-	atomic.StoreUint64(&t.buckets[b], withLane(old, i, 0))
-	return true
-}
-
 // drainStashLocked moves stashed slots back into buckets that have room.
 func (s *Shard) drainStashLocked(t *table) {
-	for i := range t.stash {
-		e := t.stash[i].Load()
-		if e == 0 {
-			continue
-		}
+	for i := 0; i < len(t.stashEntries()); {
+		e := t.stashEntries()[i]
 		b, sl := e>>laneBits, e&laneMask
 		// The slot is written to a bucket before it leaves the stash, but a
 		// reader may have checked that bucket before the write and the stash
-		// after the clear: this is a move, so bump the sequence.
+		// after the removal: this is a move, so bump the sequence.
 		s.seq.Add(1)
-		if t.place(b, sl) {
-			t.stashClear(i)
+		placed := t.place(b, sl)
+		if placed {
+			t.stashRemove(i)
 		}
 		s.seq.Add(1)
+		if !placed {
+			i++
+		}
 	}
 }
 
@@ -319,19 +362,21 @@ func (s *Shard) next() uint64 {
 	return x
 }
 
-// Len returns the number of items in the shard, counting duplicates.
+// Len returns the number of items in the shard: inserts minus deletes,
+// counting repeated inserts of one item.
 func (s *Shard) Len() int {
 	return int(s.items.Load())
 }
 
-// LoadFactor returns the fraction of slots in use. While the shard
-// doubles it counts the slots of the table being filled. It takes no lock.
+// LoadFactor returns the fraction of slots in use, the copies of void
+// entries included. While the shard doubles it counts the slots of the
+// table being filled. It takes no lock.
 func (s *Shard) LoadFactor() float64 {
 	t := s.tab.Load()
 	if nt := t.next.Load(); nt != nil {
 		t = nt
 	}
-	return float64(s.items.Load()) / float64(len(t.buckets)*slotsPerBucket)
+	return float64(s.copies.Load()) / float64(len(t.buckets)*slotsPerBucket)
 }
 
 // Doublings returns how many times the shard has doubled.

@@ -1,43 +1,51 @@
 package shard
 
 import (
+	"math/bits"
 	"sync/atomic"
 	"unsafe"
 )
 
 // Layout constants. See the package documentation for how they combine.
 const (
-	// FingerprintBits is the width F of the stable fingerprint.
-	FingerprintBits = 8
-	// InitialTailBits is T0, the number of tail bits of a new shard: F+T0 = 16,
-	// the slot width. It is also the number of times a shard can double.
-	InitialTailBits = 8
-	// VirtualBits is the number of low bits of the virtual index that a shard
-	// uses. k+T never exceeds it.
-	VirtualBits = 32
-	// MaxLog2Buckets is the largest k accepted by [New]: a new shard needs
-	// k+T0 <= VirtualBits.
-	MaxLog2Buckets = VirtualBits - InitialTailBits
+	// VirtualBits is the number of position bits an item has: the top
+	// VirtualBits bits of the v that callers pass. A table of 2^k buckets
+	// uses the first k as the bucket and keeps up to MaxTailBits more in
+	// the slot.
+	VirtualBits = 40
+	// MaxLog2Buckets is the largest k accepted by [New]: entries of a
+	// larger table would keep fewer than MaxTailBits tail bits (and on a
+	// 32-bit platform the table would not fit in memory).
+	MaxLog2Buckets = min(VirtualBits-MaxTailBits, maxTableLog2)
+	// maxTableLog2 is the largest table a shard doubles to: every position
+	// bit a bucket bit, or as much as the platform can address.
+	maxTableLog2 = min(VirtualBits, bits.UintSize-5)
 	// MaxKicks bounds the eviction walk of one insert (the paper's bound).
 	MaxKicks = 500
 	// StashSize is the number of homeless slots a shard can park when an
 	// eviction walk fails. Lookups check the stash when it is not empty.
 	StashSize = 4
+	// MaxCopies is the number of identical copies of one item that a
+	// shard keeps; [Shard.Insert] refuses more with [ErrTooManyCopies].
+	MaxCopies = 4
 )
 
-// alt returns G(f), the XOR distance between an item's two virtual indexes:
-// the fmix64 finalizer of MurmurHash3 applied to f, from a table. The | 1
-// keeps the two candidate buckets distinct at every table size; it must not
-// depend on k, or splits would break the XOR relation.
+// positionMask keeps the VirtualBits position bits of a v.
+const positionMask = ^uint64(1<<(64-VirtualBits) - 1)
+
+// alt returns G(f), the XOR distance between an item's two positions: the
+// fmix64 finalizer of MurmurHash3 applied to f, over the VirtualBits
+// position bits, with the first position bit set so that the two
+// candidate buckets differ at every table size. It must not depend on the
+// table size, or doublings would break the XOR relation.
 func alt(f uint8) uint64 {
 	return altTable[f]
 }
 
-// altTable holds G(f) = fmix64(f) | 1 for every byte f. A lookup that
-// misses the cache is bound by how many lookups the CPU overlaps, which
-// depends on how many instructions each takes: one L1 load here replaces
-// ten arithmetic instructions (measured at 16M keys: see the commit that
-// introduced it).
+// altTable holds G(f) for every byte f. A lookup that misses the cache is
+// bound by how many lookups the CPU overlaps, which depends on how many
+// instructions each takes: one L1 load here replaces ten arithmetic
+// instructions.
 var altTable = func() (t [256]uint64) {
 	for f := range t {
 		h := uint64(f) // fmix64 starts with h ^= h>>33, a no-op for h < 2^33
@@ -45,28 +53,42 @@ var altTable = func() (t [256]uint64) {
 		h ^= h >> 33
 		h *= 0xc4ceb9fe1a85ec53
 		h ^= h >> 33
-		t[f] = h | 1
+		t[f] = (h | 1<<63) & positionMask
 	}
 	return t
 }()
 
-// table is one generation of a shard's buckets. Its size and tail width
-// never change; a doubling builds a new table and swaps it in.
+// table is one generation of a shard's buckets. Its size never changes; a
+// doubling builds a new table and swaps it in.
+//
+// Bucket b holds the entries whose position starts with the k bits of b
+// (the most significant first); bucket b of a table of 2^k buckets splits
+// into buckets 2b and 2b+1 of the doubled table.
 type table struct {
 	buckets []uint64 // read with atomic loads, written with atomic stores under Shard.mu
-	kmask   uint64   // len(buckets) - 1
-	vmask   uint64   // 1<<(k+t) - 1
-	tmask   uint64   // 1<<t - 1
 	k       uint8    // log2(len(buckets))
-	t       uint8    // tail bits T
+	sh      uint8    // 64-k: v>>sh is the bucket of position v
+	psh     uint8    // 56-k: v>>psh&0xff is the probe byte, the 8 position bits after the bucket
+	// exact is set for a table made empty with entries of one tail length
+	// only (a new shard's first table): a lookup then compares each lane
+	// with one exact slot value, as cheaply as a fixed-width filter. A
+	// table made by a doubling holds shorter tails too. Immutable.
+	exact bool
 
-	// stashN counts the nonzero entries of stash, so that lookups skip the
-	// stash with one load when it is empty (almost always).
+	// stashN is len(*stash), so that lookups skip the stash with one load
+	// when it is empty (almost always).
 	stashN atomic.Int32
-	// stash holds homeless slots packed as bucket<<16 | slot; 0 is empty.
-	// Entries never move between indexes, so clearing one needs no seqlock
-	// bump.
-	stash [StashSize]atomic.Uint64
+	// stash holds homeless slots packed as bucket<<laneBits | slot. A
+	// writer replaces the slice, never changes one that is published, so
+	// a lookup reads a consistent list; removing an entry moves nothing
+	// else, so it needs no seqlock bump. An eviction walk parks at most
+	// StashSize entries there; a doubling may leave more (see
+	// finishLocked).
+	stash atomic.Pointer[[]uint64]
+
+	// tails counts the entries (copies included) by tail length, for the
+	// false-positive estimate. Written under Shard.mu.
+	tails [MaxTailBits + 1]atomic.Int64
 
 	// Migration. While the shard doubles, next is the table being filled
 	// and buckets [0, cursor) of this table have been split into it; a
@@ -76,123 +98,135 @@ type table struct {
 	cursor atomic.Uint64
 }
 
-func newTable(k, t uint8) *table {
-	n := uint64(1) << k
+func newTable(k uint8) *table {
+	t := newTableHeader(k)
+	t.buckets = make([]uint64, 1<<k)
+	return t
+}
+
+// newTableHeader returns a table of 2^k buckets without its buckets.
+func newTableHeader(k uint8) *table {
 	return &table{
-		buckets: make([]uint64, n),
-		kmask:   n - 1,
-		vmask:   1<<(uint(k)+uint(t)) - 1,
-		tmask:   1<<t - 1,
-		k:       k,
-		t:       t,
+		k:   k,
+		sh:  64 - k,
+		psh: 56 - k,
 	}
+}
+
+// tnew returns the tail length of entries inserted into t: the longest a
+// slot keeps, unless the table uses nearly every position bit.
+func (t *table) tnew() int {
+	return min(MaxTailBits, VirtualBits-int(t.k))
 }
 
 // tableHeaderBytes is the memory of a table besides its buckets.
 const tableHeaderBytes = int(unsafe.Sizeof(table{}))
 
-// candidates returns the two (bucket, slot) pairs of an item in t. The
-// shift counts are masked to 63 (they are at most 32) so that the compiler
-// drops its guard for shifts of 64 or more.
-func (t *table) candidates(f uint8, v, g uint64) (b1, s1, b2, s2 uint64) {
-	v1 := v & t.vmask
-	v2 := v1 ^ g&t.vmask
-	hi := uint64(f) << (t.t & 63)
-	return v1 & t.kmask, hi | v1>>(t.k&63), v2 & t.kmask, hi | v2>>(t.k&63)
-}
-
 // load atomically reads bucket b of t, without a bounds check: every
-// bucket index is masked with t.kmask = len(t.buckets)-1, so it is in
-// range by construction.
+// bucket index is a position shifted right by 64-k, so it is below
+// len(t.buckets) by construction.
 func (t *table) load(b uint64) uint64 {
 	return atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(t.buckets)), b*8)))
 }
 
-// candidate returns where virtual index vc (already masked to k+t bits)
-// of fingerprint f lives in t: its bucket and slot value.
-func (t *table) candidate(f uint8, vc uint64) (uint64, uint64) {
-	return vc & t.kmask, uint64(f)<<t.t | vc>>t.k
+// probes returns the two buckets of an item in t with the probe (see
+// probeOf) that each must match. g is alt(f).
+func (t *table) probes(f uint8, v, g uint64) (b1, p1, b2, p2 uint64) {
+	v2 := v ^ g
+	// The shift counts are masked to 63 so that the compiler drops its
+	// guard for shifts of 64 or more; they are at most 63.
+	return v >> (t.sh & 63), probeOf(f, v>>(t.psh&63)&0xff), v2 >> (t.sh & 63), probeOf(f, v2>>(t.psh&63)&0xff)
 }
 
-// resolve returns the table, bucket and slot where virtual index vc of
-// fingerprint f lives now: in t if its bucket has not been split into
-// nt = t.next yet (or t is not migrating), else in nt.
-func (t *table) resolve(nt *table, cursor uint64, f uint8, vc uint64) (*table, uint64, uint64) {
-	if nt != nil && vc&t.kmask < cursor {
-		b, s := nt.candidate(f, vc)
-		return nt, b, s
+// slots returns the two buckets of an item in t with the slot a new copy
+// of it gets in each.
+func (t *table) slots(f uint8, v, g uint64) (b1, s1, b2, s2 uint64) {
+	v2 := v ^ g
+	tn := t.tnew()
+	return v >> t.sh, makeSlot(f, v>>t.psh&0xff, tn), v2 >> t.sh, makeSlot(f, v2>>t.psh&0xff, tn)
+}
+
+// candidate returns the bucket of position vc in t, its probe byte, and the
+// slot a new copy of fingerprint f gets there.
+func (t *table) candidate(f uint8, vc uint64) (b, pb, s uint64) {
+	pb = vc >> t.psh & 0xff
+	return vc >> t.sh, pb, makeSlot(f, pb, t.tnew())
+}
+
+// resolve returns the table where position vc lives now: t if its bucket
+// has not been split into nt = t.next yet (or t is not migrating), else nt.
+func (t *table) resolve(nt *table, cursor, vc uint64) *table {
+	if nt != nil && vc>>t.sh < cursor {
+		return nt
 	}
-	b, s := t.candidate(f, vc)
-	return t, b, s
+	return t
 }
 
-// lookup reports whether the item with fingerprint f, virtual index v and
-// XOR distance g is in t, resolving buckets through the migration cursor.
-// It reads with atomic loads only; the caller validates a miss with the
+// lookup reports whether the item with fingerprint f, position v and XOR
+// distance g is in t, resolving buckets through the migration cursor. It
+// reads with atomic loads only; the caller validates a miss with the
 // shard's seqlock.
 func (t *table) lookup(f uint8, v, g uint64) bool {
 	nt := t.next.Load()
-	if nt == nil {
-		b1, s1, b2, s2 := t.candidates(f, v, g)
-		return t.contains(b1, s1, b2, s2)
-	}
 	cur := t.cursor.Load()
-	v1 := v & t.vmask
-	v2 := v1 ^ g&t.vmask
-	tb1, b1, s1 := t.resolve(nt, cur, f, v1)
-	tb2, b2, s2 := t.resolve(nt, cur, f, v2)
-	if hasSlot(atomic.LoadUint64(&tb1.buckets[b1]), s1) || hasSlot(atomic.LoadUint64(&tb2.buckets[b2]), s2) {
-		return true
+	for _, vc := range [2]uint64{v, v ^ g} {
+		rt := t.resolve(nt, cur, vc)
+		b, pb, _ := rt.candidate(f, vc)
+		if matches(rt.load(b), probeOf(f, pb)) {
+			return true
+		}
 	}
 	// Each table's stash holds entries in that table's coordinates.
-	if t.stashN.Load() != 0 {
-		o1, os1 := t.candidate(f, v1)
-		o2, os2 := t.candidate(f, v2)
-		if t.stashContains(o1, os1, o2, os2) {
-			return true
-		}
-	}
-	if nt.stashN.Load() != 0 {
-		n1, ns1 := nt.candidate(f, v1)
-		n2, ns2 := nt.candidate(f, v2)
-		if nt.stashContains(n1, ns1, n2, ns2) {
-			return true
-		}
-	}
-	return false
+	return t.stashLookup(f, v, g) || nt != nil && nt.stashLookup(f, v, g)
 }
 
-// other returns the alternate (bucket, slot) of slot s stored in bucket b.
-// The XOR covers the tail bits too.
+// stashLookup reports whether t's stash holds an entry that the item with
+// fingerprint f, position v and XOR distance g matches.
+func (t *table) stashLookup(f uint8, v, g uint64) bool {
+	if t.stashN.Load() == 0 {
+		return false
+	}
+	return t.stashMatch(f, v, g) >= 0
+}
+
+// stashEntries returns the stash's entries; the caller must not change
+// them.
+func (t *table) stashEntries() []uint64 {
+	if p := t.stash.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// stashMatch returns the index of the stash entry that the item matches
+// with the longest tail, or -1.
+func (t *table) stashMatch(f uint8, v, g uint64) int {
+	best, bestLen := -1, -1
+	entries := t.stashEntries()
+	for _, vc := range [2]uint64{v, v ^ g} {
+		b, pb, _ := t.candidate(f, vc)
+		for i, e := range entries {
+			if e>>laneBits != b {
+				continue
+			}
+			if s := e & laneMask; slotMatches(s, f, pb) && tailLen(s) > bestLen {
+				best, bestLen = i, tailLen(s)
+			}
+		}
+	}
+	return best
+}
+
+// other returns the alternate bucket and slot of slot s stored in bucket b:
+// the entry knows the first k+t bits of its position (the bucket, then its
+// tail), and the XOR with G covers all of them.
 func (t *table) other(b, s uint64) (uint64, uint64) {
-	f := s >> t.t
-	v := b | (s&t.tmask)<<t.k
-	v ^= alt(uint8(f)) & t.vmask
-	return v & t.kmask, f<<t.t | v>>t.k
-}
-
-// contains reports whether slot s1 is in bucket b1, s2 in b2, or either pair
-// in the stash. It reads t with atomic loads only.
-func (t *table) contains(b1, s1, b2, s2 uint64) bool {
-	x1 := t.load(b1) ^ s1*lanesLow
-	x2 := t.load(b2) ^ s2*lanesLow
-	return zeroLanes(x1)|zeroLanes(x2) != 0 || t.stashN.Load() != 0 && t.stashContains(b1, s1, b2, s2)
-}
-
-// stashContains reports whether the stash holds slot s1 of bucket b1 or s2
-// of bucket b2.
-func (t *table) stashContains(b1, s1, b2, s2 uint64) bool {
-	return t.stashIndex(b1<<laneBits|s1, b2<<laneBits|s2) >= 0
-}
-
-// stashIndex returns the index of a stash entry equal to e1 or e2, or -1.
-func (t *table) stashIndex(e1, e2 uint64) int {
-	for i := range t.stash {
-		if e := t.stash[i].Load(); e != 0 && (e == e1 || e == e2) {
-			return i
-		}
-	}
-	return -1
+	f := uint8(s >> 8)
+	tl := uint(tailLen(s))
+	pos := b<<tl | s&0xff>>(8-tl) // the k+tl known bits
+	pos ^= alt(f) >> (64 - uint(t.k) - tl)
+	term := uint64(1) << (MaxTailBits - tl)
+	return pos >> tl, uint64(f)<<8 | (pos&(1<<tl-1))<<(8-tl) | term
 }
 
 // put stores slot s in a free lane of bucket b and reports whether there
@@ -217,55 +251,89 @@ func (t *table) place(b, s uint64) bool {
 	return t.put(b2, s2)
 }
 
-// stashPut parks slot s of bucket b in a free stash entry and reports
-// whether there was one. The caller holds the shard's mutex.
+// stashPut parks slot s of bucket b in the stash and reports whether the
+// stash had room: an eviction walk may use StashSize entries. The caller
+// holds the shard's mutex.
 func (t *table) stashPut(b, s uint64) bool {
-	for i := range t.stash {
-		if t.stash[i].Load() == 0 {
-			t.stash[i].Store(b<<laneBits | s)
-			t.stashN.Add(1)
-			return true
+	if t.stashN.Load() >= StashSize {
+		return false
+	}
+	t.stashAdd(b, s)
+	return true
+}
+
+// stashAdd parks slot s of bucket b in the stash whatever its length. The
+// caller holds the shard's mutex.
+func (t *table) stashAdd(b, s uint64) {
+	old := t.stashEntries()
+	entries := append(make([]uint64, 0, len(old)+1), old...)
+	entries = append(entries, b<<laneBits|s)
+	t.stash.Store(&entries)
+	t.stashN.Store(int32(len(entries)))
+}
+
+// stashRemove removes stash entry i. The caller holds the shard's mutex.
+func (t *table) stashRemove(i int) {
+	old := t.stashEntries()
+	entries := make([]uint64, 0, len(old)-1)
+	entries = append(append(entries, old[:i]...), old[i+1:]...)
+	t.stash.Store(&entries)
+	t.stashN.Store(int32(len(entries)))
+}
+
+// stashEqual returns the number of stash entries equal to slot s of
+// bucket b.
+func (t *table) stashEqual(b, s uint64) int {
+	n := 0
+	for _, e := range t.stashEntries() {
+		if e == b<<laneBits|s {
+			n++
 		}
 	}
-	return false
+	return n
 }
 
-// stashClear empties stash entry i. The caller holds the shard's mutex.
-func (t *table) stashClear(i int) {
-	t.stash[i].Store(0)
-	t.stashN.Add(-1)
+// count adds n entries of slot s to the tail histogram. The caller holds
+// the shard's mutex.
+func (t *table) count(s uint64, n int64) {
+	t.tails[tailLen(s)].Add(n)
 }
 
-// splitBucket splits bucket b of a table with t tail bits (t >= 1) into the
-// buckets j and j+2^k of a table with t-1 tail bits, where j is b's index.
-// A slot goes to the upper bucket iff the lowest bit of its tail is set; its
-// fingerprint is kept and its tail shifted right by one. Each new bucket is
-// fed by this one old bucket only, so a split never overflows.
-func splitBucket(b uint64, t uint8) (lo, hi uint64) {
-	tmask := uint64(1)<<t - 1
+// splitBucket splits bucket w of a table into the buckets lo = 2j and
+// hi = 2j+1 of the doubled table, where j is w's index: each entry moves
+// to the child its tail's first bit picks and loses that bit; a void entry
+// (no tail left) goes to both. Each child is fed by this one bucket, and a
+// bucket with v void and n other entries (v+n ≤ 4) gives each child at most
+// v+n, so a split never overflows. It returns the number of void entries,
+// which the split duplicated, and adds the children's entries to the
+// histogram hist.
+func splitBucket(w uint64, hist *[MaxTailBits + 1]int64) (lo, hi uint64, voids int) {
 	nlo, nhi := 0, 0
 	for i := range slotsPerBucket {
-		s := laneOf(b, i)
+		s := laneOf(w, i)
 		if s == 0 {
 			continue
 		}
-		ns := (s>>t)<<(t-1) | (s&tmask)>>1
-		if s&1 == 0 {
+		ns, bit, ok := splitSlot(s)
+		if !ok {
+			lo = withLane(lo, nlo, ns)
+			hi = withLane(hi, nhi, ns)
+			nlo++
+			nhi++
+			voids++
+			hist[0] += 2
+			continue
+		}
+		if bit == 0 {
 			lo = withLane(lo, nlo, ns)
 			nlo++
 		} else {
 			hi = withLane(hi, nhi, ns)
 			nhi++
 		}
+		hist[tailLen(ns)]++
 	}
-	return lo, hi
-}
-
-// splitSlot returns where slot s of bucket b of a table with k bucket bits
-// and t tail bits lives after a split.
-func splitSlot(b, s uint64, k, t uint8) (uint64, uint64) {
-	tmask := uint64(1)<<t - 1
-	return b | (s&1)<<k, (s>>t)<<(t-1) | (s&tmask)>>1
+	return lo, hi, voids
 }
 
 // storeBucket atomically sets bucket b of t to x.
