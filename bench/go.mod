@@ -7,10 +7,12 @@ require (
 	github.com/bits-and-blooms/bloom/v3 v3.7.1
 	github.com/cuckooguard/cuckooguard v0.0.0
 	github.com/cuckooguard/cuckooguard/examples v0.0.0-00010101000000-000000000000
+	github.com/greatroar/blobloom v0.8.1
 	github.com/linvon/cuckoo-filter v0.4.0
 	github.com/panmari/cuckoofilter v1.0.6
 	github.com/schollz/progressbar/v3 v3.19.1
 	github.com/seiflotfy/cuckoofilter v0.0.0-20240715131351-a2f2c23f1771
+	github.com/zeebo/xxh3 v1.1.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/term v0.47.0
 	gonum.org/v1/plot v0.17.0
@@ -38,7 +40,6 @@ require (
 	github.com/puzpuzpuz/xsync/v3 v3.5.1 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect
-	github.com/zeebo/xxh3 v1.1.0 // indirect
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect

@@ -62,8 +62,7 @@ func newGuard(c config) (*Guard, error) {
 	}
 	g := newGuardValue(lay, c.seed)
 	for i := range g.shards {
-		// Each shard walks its own random sequence, derived from the seed.
-		if err := g.shards[i].Init(lay.logs[i], mix(c.seed+uint64(i))|1); err != nil {
+		if err := g.shards[i].Init(lay.logs[i]); err != nil {
 			return nil, err
 		}
 	}

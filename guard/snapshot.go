@@ -174,7 +174,7 @@ func Restore(r io.Reader, opts ...Option) (*Guard, error) {
 	g := newGuardValue(lay, seed)
 	for i := range g.shards {
 		// Init makes the shard usable; ReadFrom then replaces its table.
-		if err := g.shards[i].Init(1, mix(seed+uint64(i))|1); err != nil {
+		if err := g.shards[i].Init(1); err != nil {
 			return nil, err
 		}
 		if _, err := g.shards[i].ReadFrom(hr); err != nil {

@@ -69,13 +69,16 @@
 // # Concurrency
 //
 // Writers (Insert, Delete, the doubling steps) serialize on the shard's
-// mutex. Lookups take no lock: buckets are read with atomic loads, and a
-// per-shard sequence counter (a seqlock) is odd while fingerprints move (an
-// eviction chain, a stash move, a doubling step). A lookup that finds its
-// item returns at once; a miss is trusted only if the sequence was even and
-// unchanged across the reads, otherwise the lookup retries. A plain insert
-// into a free slot and a delete do not move other items, so they need no
-// sequence bump.
+// mutex. Lookups take no lock: buckets are read with atomic loads, and
+// version counters striped by bucket (seqlock.go) are odd while entries
+// move between the buckets they guard. An insert that must evict finds its
+// whole path first, moving nothing, then moves the entries from the free
+// end back, so lookups see a window of a few stores on the stripes of the
+// path's buckets only. A lookup that finds its item returns at once; a
+// miss is trusted only if the stripe of its first bucket was even and
+// unchanged across the reads (the memory-ordering argument is in
+// seqlock.go), otherwise the lookup retries. A plain insert into a free
+// slot and a delete move nothing, so they bump nothing.
 //
 // # Usage
 //

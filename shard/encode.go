@@ -26,7 +26,7 @@ var ErrCorrupt = errors.New("shard: corrupt encoding")
 
 const encodedHeaderBytes = 24
 
-// maxStash bounds the stash length an encoding may claim. Eviction walks
+// maxStash bounds the stash length an encoding may claim. Eviction paths
 // stash at most StashSize entries; only entries that no doubling can tell
 // apart from their neighbours add more.
 const maxStash = 1 << 12

@@ -3,12 +3,13 @@ package shard
 import "errors"
 
 // ErrFull is returned by [Shard.Insert] when the item cannot be placed: both
-// candidate buckets are full, the eviction walk of [MaxKicks] steps found no
-// free slot and the stash is full. The walk is rolled back, so every item
-// stored before the call is still present. Growing the shard with
-// [Shard.Grow] makes room. Once a walk has failed, an insert that would
-// need one fails at once until an item is deleted or the shard doubles, so
-// that writers retrying on a full shard do not keep lookups retrying.
+// candidate buckets are full, the search for an eviction path found none
+// that ends in a free slot, and the stash is full. The search moves
+// nothing, so every item stored before the call is still where it was.
+// Growing the shard with [Shard.Grow] makes room. Once a search has
+// failed, an insert that would need one fails at once until an item is
+// deleted or the shard doubles, so that writers retrying on a full shard
+// do not search it again and again.
 var ErrFull = errors.New("shard: full")
 
 // ErrTooManyCopies is returned by [Shard.Insert] for an item of which the

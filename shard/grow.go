@@ -75,10 +75,9 @@ func (s *Shard) growStepLocked(chunk int) bool {
 	cur := t.cursor.Load()
 	end := min(cur+uint64(chunk), uint64(len(t.buckets)))
 	// The old table keeps every slot it splits, so a reader that resolved
-	// a bucket with the old cursor still finds it there; the odd sequence
-	// is for the stash move in finishLocked, and keeps the rule that every
-	// move of a fingerprint happens under an odd sequence.
-	s.seq.Add(1)
+	// a bucket with the old cursor still finds it there, and one that
+	// resolves it to the new table after the cursor store finds the split
+	// there: a split moves nothing lookups can miss, and bumps no stripe.
 	var hist [MaxTailBits + 1]int64
 	voids := 0
 	for j := cur; j < end; j++ {
@@ -98,15 +97,18 @@ func (s *Shard) growStepLocked(chunk int) bool {
 	s.copies.Add(int64(voids))
 	t.cursor.Store(end)
 	if end == uint64(len(t.buckets)) {
+		// The stash moves to the new table, whose bucket numbers differ
+		// from the old one's: under every stripe.
+		s.vers.openMask(allStripes)
 		s.finishLocked(t, nt)
+		s.vers.openMask(allStripes)
 	}
-	s.seq.Add(1)
 	return end == uint64(len(t.buckets))
 }
 
 // finishLocked completes a doubling whose buckets are all split: it moves
 // the old stash into the new table and publishes the new table. The caller
-// holds s.mu with the sequence odd.
+// holds s.mu with every stripe odd.
 func (s *Shard) finishLocked(t, nt *table) {
 	for _, e := range t.stashEntries() {
 		b, sl := e>>laneBits, e&laneMask
@@ -119,13 +121,16 @@ func (s *Shard) finishLocked(t, nt *table) {
 		}
 		for _, c := range children[:n] {
 			// The new table is about half full, so a free slot in either
-			// bucket or an eviction walk (the whole table is split by now)
+			// bucket or an eviction path (the whole table is split by now)
 			// almost always takes the entry. When neither can (its two
 			// buckets full of entries no doubling tells apart, such as
 			// void copies), it stays stashed: the stash may then hold more
 			// than StashSize entries, which lookups check all the same.
-			if !nt.place(c, ns) && s.walkLocked(nt, c, ns) != nil {
-				nt.stashAdd(c, ns)
+			if !nt.place(c, ns) {
+				oc, os := nt.other(c, ns)
+				if _, err := s.kickLocked(nt, c, ns, oc, os, false); err != nil {
+					nt.stashAdd(c, ns)
+				}
 			}
 			nt.count(ns, 1)
 		}

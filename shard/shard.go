@@ -16,9 +16,9 @@ import (
 // after first use.
 type Shard struct {
 	// Read side: everything a lookup touches, in one cache line.
-	seq atomic.Uint64         // seqlock: odd while fingerprints move
-	tab atomic.Pointer[table] // current table; replaced by a doubling
-	_   [cacheLine - 8 - unsafe.Sizeof(uintptr(0))]byte
+	tab  atomic.Pointer[table] // current table; replaced by a doubling
+	vers versions              // striped versions: odd while entries move (see seqlock.go)
+	_    [cacheLine - unsafe.Sizeof(versions{}) - unsafe.Sizeof(uintptr(0))]byte
 
 	// Write side, kept off the readers' cache line so that plain inserts and
 	// deletes do not invalidate it. The padding goes before it: a
@@ -36,22 +36,13 @@ type writeSide struct {
 	doublings atomic.Int32 // written under mu
 	retries   atomic.Uint64
 	refused   atomic.Uint64 // inserts refused with ErrTooManyCopies
-	rng       uint64        // xorshift state for the eviction walk
-	path      []step        // scratch: the current eviction walk, for rollback
-	// fullAt is the item count at which an eviction walk last failed, 0
-	// if none has since the last delete or doubling. An insert that would
-	// need a walk at that count or above fails at once: a walk holds the
-	// sequence odd for its whole length, so writers re-walking a full
-	// shard again and again would make every missing lookup retry.
+	nodes     []pathNode    // scratch: the search for an eviction path
+	// fullAt is the item count at which a search for an eviction path
+	// last failed, 0 if none has since the last delete or doubling. An
+	// insert that would need one at that count or above fails at once:
+	// writers retrying on a full shard would otherwise search it, up to
+	// maxPathNodes bucket reads each, again and again.
 	fullAt int64
-}
-
-// step records one eviction: lane of bucket held slot old before the walk
-// overwrote it.
-type step struct {
-	bucket uint64
-	lane   int
-	old    uint64
 }
 
 // New returns an empty shard with 2^log2Buckets buckets of four slots.
@@ -59,23 +50,18 @@ type step struct {
 // 2^(k+3) bytes.
 func New(log2Buckets int) (*Shard, error) {
 	s := new(Shard)
-	if err := s.Init(log2Buckets, 0); err != nil {
+	if err := s.Init(log2Buckets); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
 // Init makes s an empty shard as [New] does, for shards kept by value in a
-// slice. seed starts the eviction walk's random sequence (0 picks a fixed
-// one). Init must be called before any other method and only once.
-func (s *Shard) Init(log2Buckets int, seed uint64) error {
+// slice. Init must be called before any other method and only once.
+func (s *Shard) Init(log2Buckets int) error {
 	if log2Buckets < 1 || log2Buckets > MaxLog2Buckets {
 		return fmt.Errorf("shard: log2 of bucket count %d out of range [1, %d]", log2Buckets, MaxLog2Buckets)
 	}
-	if seed == 0 {
-		seed = 0x9e3779b97f4a7c15
-	}
-	s.rng = seed
 	t := newTable(uint8(log2Buckets))
 	t.exact = t.tnew() == MaxTailBits
 	s.tab.Store(t)
@@ -93,10 +79,11 @@ func (s *Shard) Contains(f uint8, v uint64) bool {
 	// else; the stash, a migration in progress and a retry after a
 	// concurrent move go to containsSlow. Lookups that miss the cache are
 	// bound by how many the CPU overlaps, so instructions here count.
-	seq := s.seq.Load()
 	t := s.tab.Load()
 	g := alt(f)
 	b1, p1, b2, p2 := t.probes(f, v, g)
+	st := stripeOf(b1)
+	ver := s.vers[st].Load()
 	// Both buckets are loaded and matched before one branch: the loads
 	// overlap, and a hit in either bucket costs no misprediction. A hit
 	// is never wrong, whatever writers are doing (a table being split
@@ -115,32 +102,36 @@ func (s *Shard) Contains(f uint8, v uint64) bool {
 	if zeroLanes(x1)|zeroLanes(x2) != 0 {
 		return true
 	}
-	// A miss is trusted only if no fingerprint moved while we read:
-	// otherwise we might have read bucket b1 before the item moved into it
-	// and b2 after it left.
-	if seq&1 == 0 && t.stashN.Load() == 0 && t.next.Load() == nil && s.seq.Load() == seq {
+	// A miss is trusted only if no entry moved through our buckets while
+	// we read: otherwise we might have read bucket b1 before the item
+	// moved into it and b2 after it left (see seqlock.go).
+	if t.stashN.Load() == 0 && t.next.Load() == nil && s.vers.stable(st, ver) {
 		return false
 	}
-	return s.containsSlow(f, v, seq)
+	return s.containsSlow(f, v)
 }
 
 // containsSlow is Contains for a shard with a stash or a doubling in
-// progress, or after a miss that overlapped a writer's move. seq is the
-// sequence the fast path read before its reads.
-func (s *Shard) containsSlow(f uint8, v uint64, seq uint64) bool {
+// progress, or after a miss that overlapped a writer's move.
+func (s *Shard) containsSlow(f uint8, v uint64) bool {
 	g := alt(f)
 	for try := 0; ; try++ {
 		if try > 0 {
 			s.retries.Add(1)
 			if try >= 16 {
-				runtime.Gosched() // let the writer finish its walk or chunk
+				runtime.Gosched() // let the writer finish its moves
 			}
-			seq = s.seq.Load()
 		}
-		if s.tab.Load().lookup(f, v, g) {
+		// The stripe of the first bucket in the table loaded here: a doubling
+		// moves stash entries under every stripe, so during a migration
+		// any consistent choice of stripe works.
+		t := s.tab.Load()
+		st := stripeOf(v >> t.sh)
+		ver := s.vers[st].Load()
+		if t.lookup(f, v, g) {
 			return true
 		}
-		if seq&1 == 0 && s.seq.Load() == seq {
+		if s.vers.stable(st, ver) {
 			return false
 		}
 	}
@@ -200,14 +191,12 @@ func (s *Shard) Insert(f uint8, v uint64) error {
 	if s.fullAt != 0 && s.items.Load() >= s.fullAt {
 		return ErrFull
 	}
-	if s.next()&1 == 0 {
-		b1, s1 = b2, s2
-	}
-	if err := s.kickLocked(t, b1, s1); err != nil {
+	sl, err := s.kickLocked(t, b1, s1, b2, s2, true)
+	if err != nil {
 		s.fullAt = s.items.Load()
 		return err
 	}
-	s.added(t, s1)
+	s.added(t, sl)
 	return nil
 }
 
@@ -217,46 +206,6 @@ func (s *Shard) added(t *table, sl uint64) {
 	s.items.Add(1)
 	s.copies.Add(1)
 	t.count(sl, 1)
-}
-
-// kickLocked places slot sl in bucket b, whose lanes are all taken, by a
-// random eviction walk of at most MaxKicks steps. If the walk ends with a
-// homeless slot, that slot goes to the stash; if the stash is full too, the
-// walk is undone and ErrFull returned.
-func (s *Shard) kickLocked(t *table, b, sl uint64) error {
-	// Fingerprints move from here on: readers must not trust a miss.
-	s.seq.Add(1)
-	defer s.seq.Add(1)
-	return s.walkLocked(t, b, sl)
-}
-
-// walkLocked is kickLocked for a caller that holds the sequence odd.
-func (s *Shard) walkLocked(t *table, b, sl uint64) error {
-	path := s.path[:0]
-	for range MaxKicks {
-		lane := int(s.next() % slotsPerBucket)
-		old := t.buckets[b]
-		victim := laneOf(old, lane)
-		path = append(path, step{bucket: b, lane: lane, old: victim})
-		atomic.StoreUint64(&t.buckets[b], withLane(old, lane, sl))
-		b, sl = t.other(b, victim)
-		if t.put(b, sl) {
-			s.path = path[:0]
-			return nil
-		}
-	}
-	if t.stashPut(b, sl) {
-		s.path = path[:0]
-		return nil
-	}
-	// Undo the walk in reverse order so that every slot is back where it
-	// was; the new item, written at the first step, disappears with it.
-	for i := len(path) - 1; i >= 0; i-- {
-		st := path[i]
-		atomic.StoreUint64(&t.buckets[st.bucket], withLane(t.buckets[st.bucket], st.lane, st.old))
-	}
-	s.path = path[:0]
-	return ErrFull
 }
 
 // Delete removes one copy of the item with fingerprint f and position v
@@ -313,7 +262,7 @@ func (s *Shard) Delete(f uint8, v uint64) bool {
 	if bestLen < 0 {
 		return false
 	}
-	// Clearing a slot moves nothing, so it needs no seqlock bump.
+	// Clearing a slot moves nothing, so it bumps no stripe.
 	if bestSt >= 0 {
 		bestTab.count(bestTab.stashEntries()[bestSt]&laneMask, -1)
 		bestTab.stashRemove(bestSt)
@@ -336,30 +285,23 @@ func (s *Shard) drainStashLocked(t *table) {
 	for i := 0; i < len(t.stashEntries()); {
 		e := t.stashEntries()[i]
 		b, sl := e>>laneBits, e&laneMask
-		// The slot is written to a bucket before it leaves the stash, but a
-		// reader may have checked that bucket before the write and the stash
-		// after the removal: this is a move, so bump the sequence.
-		s.seq.Add(1)
-		placed := t.place(b, sl)
-		if placed {
-			t.stashRemove(i)
+		// A move from the stash (filed under b) to b or its alternate:
+		// the slot is written to a bucket before it leaves the stash, and
+		// a reader may have checked that bucket before the write and the
+		// stash after the removal.
+		dst, dsl := b, sl
+		if freeLane(t.buckets[b]) < 0 {
+			dst, dsl = t.other(b, sl)
 		}
-		s.seq.Add(1)
-		if !placed {
+		if freeLane(t.buckets[dst]) < 0 {
 			i++
+			continue
 		}
+		s.vers.open(b, dst)
+		t.put(dst, dsl)
+		t.stashRemove(i)
+		s.vers.close(b, dst)
 	}
-}
-
-// next returns the next value of the shard's xorshift64 sequence. The caller
-// holds s.mu.
-func (s *Shard) next() uint64 {
-	x := s.rng
-	x ^= x << 13
-	x ^= x >> 7
-	x ^= x << 17
-	s.rng = x
-	return x
 }
 
 // Len returns the number of items in the shard: inserts minus deletes,

@@ -20,8 +20,6 @@ const (
 	// maxTableLog2 is the largest table a shard doubles to: every position
 	// bit a bucket bit, or as much as the platform can address.
 	maxTableLog2 = min(VirtualBits, bits.UintSize-5)
-	// MaxKicks bounds the eviction walk of one insert (the paper's bound).
-	MaxKicks = 500
 	// StashSize is the number of homeless slots a shard can park when an
 	// eviction walk fails. Lookups check the stash when it is not empty.
 	StashSize = 4
@@ -81,7 +79,7 @@ type table struct {
 	// stash holds homeless slots packed as bucket<<laneBits | slot. A
 	// writer replaces the slice, never changes one that is published, so
 	// a lookup reads a consistent list; removing an entry moves nothing
-	// else, so it needs no seqlock bump. An eviction walk parks at most
+	// else, so it bumps no stripe. An eviction path parks at most
 	// StashSize entries there; a doubling may leave more (see
 	// finishLocked).
 	stash atomic.Pointer[[]uint64]
@@ -93,7 +91,7 @@ type table struct {
 	// Migration. While the shard doubles, next is the table being filled
 	// and buckets [0, cursor) of this table have been split into it; a
 	// lookup resolves each of its buckets through the cursor. Both are set
-	// under Shard.mu and read by lookups under the seqlock.
+	// under Shard.mu and read by lookups, which validate with the stripes.
 	next   atomic.Pointer[table]
 	cursor atomic.Uint64
 }
@@ -165,7 +163,7 @@ func (t *table) resolve(nt *table, cursor, vc uint64) *table {
 // lookup reports whether the item with fingerprint f, position v and XOR
 // distance g is in t, resolving buckets through the migration cursor. It
 // reads with atomic loads only; the caller validates a miss with the
-// shard's seqlock.
+// shard's stripes.
 func (t *table) lookup(f uint8, v, g uint64) bool {
 	nt := t.next.Load()
 	cur := t.cursor.Load()

@@ -12,9 +12,11 @@ import (
 	"sync"
 
 	bloom "github.com/bits-and-blooms/bloom/v3"
+	"github.com/greatroar/blobloom"
 	linvon "github.com/linvon/cuckoo-filter"
 	panmari "github.com/panmari/cuckoofilter"
 	seiflotfy "github.com/seiflotfy/cuckoofilter"
+	"github.com/zeebo/xxh3"
 
 	"github.com/cuckooguard/cuckooguard/guard"
 )
@@ -138,6 +140,37 @@ var Impls = []Impl{
 			return float64(f.(bloomFilter).f.Cap()) / float64(n)
 		},
 	},
+	{
+		Name: "blobloom",
+		New: func(n int) Filter {
+			bits, hashes := blobloom.Optimize(blobloom.Config{Capacity: uint64(n), FPRate: TargetFPR})
+			return blobloomFilter{f: blobloom.NewSync(bits, hashes), bits: bits}
+		},
+		BitsPerItem: func(f Filter, n int) float64 {
+			return float64(f.(blobloomFilter).bits) / float64(n)
+		},
+		Concurrent: true,
+	},
+	{
+		Name: "panmari256",
+		New: func(n int) Filter {
+			s := new(shardedPanmari)
+			for i := range s.parts {
+				s.parts[i].f = panmari.NewFilter(uint(max(n/len(s.parts), 1)))
+			}
+			return s
+		},
+		BitsPerItem: func(f Filter, n int) float64 {
+			slots := 0.0
+			for i := range f.(*shardedPanmari).parts {
+				p := f.(*shardedPanmari).parts[i].f
+				slots += float64(p.Count()) / p.LoadFactor()
+			}
+			return 16 * slots / float64(n)
+		},
+		CanRemove:  true,
+		Concurrent: true,
+	},
 }
 
 type guardFilter struct{ g *guard.Guard }
@@ -169,6 +202,55 @@ type bloomFilter struct{ f *bloom.BloomFilter }
 func (f bloomFilter) Add(k []byte) bool      { f.f.Add(k); return true }
 func (f bloomFilter) Contains(k []byte) bool { return f.f.Test(k) }
 func (f bloomFilter) Remove([]byte) bool     { panic("bloom: cannot remove") }
+
+// blobloomFilter is greatroar/blobloom's SyncFilter: a blocked Bloom filter
+// whose adds and lookups are lock-free. It takes a 64-bit hash of the key
+// (xxh3, as the guard uses) and cannot remove.
+type blobloomFilter struct {
+	f    *blobloom.SyncFilter
+	bits uint64
+}
+
+func (f blobloomFilter) Add(k []byte) bool      { f.f.Add(xxh3.Hash(k)); return true }
+func (f blobloomFilter) Contains(k []byte) bool { return f.f.Has(xxh3.Hash(k)) }
+func (f blobloomFilter) Remove([]byte) bool     { panic("blobloom: cannot remove") }
+
+// shardedPanmari is what users build by hand for concurrency: 256 panmari
+// filters, each behind its own sync.RWMutex, a key's filter picked by the
+// top byte of its xxh3 hash.
+type shardedPanmari struct {
+	parts [256]struct {
+		mu sync.RWMutex
+		f  *panmari.Filter
+		_  [40]byte // one part per cache line pair: no false sharing of locks
+	}
+}
+
+func (s *shardedPanmari) part(k []byte) (*sync.RWMutex, *panmari.Filter) {
+	p := &s.parts[xxh3.Hash(k)>>56]
+	return &p.mu, p.f
+}
+
+func (s *shardedPanmari) Add(k []byte) bool {
+	mu, f := s.part(k)
+	mu.Lock()
+	defer mu.Unlock()
+	return f.Insert(k)
+}
+
+func (s *shardedPanmari) Contains(k []byte) bool {
+	mu, f := s.part(k)
+	mu.RLock()
+	defer mu.RUnlock()
+	return f.Lookup(k)
+}
+
+func (s *shardedPanmari) Remove(k []byte) bool {
+	mu, f := s.part(k)
+	mu.Lock()
+	defer mu.Unlock()
+	return f.Delete(k)
+}
 
 // Locked wraps a filter that is not safe for concurrent use: lookups take
 // the read lock, adds and removes the write lock.

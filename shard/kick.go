@@ -1,0 +1,114 @@
+package shard
+
+import "sync/atomic"
+
+// An insert whose two buckets are full makes room by evicting: it moves an
+// entry of one bucket to that entry's alternate bucket, which may evict
+// another, and so on until one lands in a free slot. The path is found
+// first, breadth-first and without moving anything (as libcuckoo does),
+// then carried out from its free end back to the insert's bucket, each
+// entry copied into its new bucket before it is cleared from the old one.
+// Lookups see one short window on the stripes of the path's buckets (see
+// seqlock.go), not a walk that holds the shard in motion; and a search
+// that finds nothing has changed nothing, so there is nothing to undo.
+
+const (
+	// maxPathLen bounds an eviction path: the insert's bucket and up to
+	// this many further buckets.
+	maxPathLen = 5
+	// maxPathNodes bounds the buckets one search reads. Breadth-first, a
+	// full search of depth maxPathLen reads 2·(4+16+64+256+1024) buckets;
+	// this cap stops it a little earlier.
+	maxPathNodes = 1500
+)
+
+// pathNode is one bucket of the search: in is the slot that moves into
+// bucket b, evicted from lane lane of the parent node's bucket (for a
+// root, the new item's slot).
+type pathNode struct {
+	b      uint64
+	in     uint64
+	parent int32 // -1 for the two roots
+	lane   int8
+	depth  int8
+}
+
+// kickLocked makes room for an item whose candidate buckets b1 and b2
+// (with its slots s1 and s2 there) are both full, and stores it. It
+// returns the slot the item got, or ErrFull if no path within reach ends
+// in a free slot and the stash is full; the shard is then unchanged. A
+// path that ends in a full bucket parks that bucket's first entry in the
+// stash. The caller holds s.mu; t is not migrating (or is the new table
+// of a doubling that is finishing under every stripe, with bump false).
+func (s *Shard) kickLocked(t *table, b1, s1, b2, s2 uint64, bump bool) (uint64, error) {
+	nodes := append(s.nodes[:0], pathNode{b: b1, in: s1, parent: -1}, pathNode{b: b2, in: s2, parent: -1})
+	defer func() { s.nodes = nodes[:0] }()
+	for i := 0; i < len(nodes); i++ {
+		n := nodes[i]
+		w := t.buckets[n.b]
+		if lane := freeLane(w); lane >= 0 {
+			return s.movePathLocked(t, nodes, i, lane, false, bump), nil
+		}
+		if n.depth == maxPathLen || len(nodes)+slotsPerBucket > maxPathNodes {
+			continue
+		}
+		for l := range slotsPerBucket {
+			ob, os := t.other(n.b, laneOf(w, l))
+			if onPath(nodes, i, ob) {
+				continue // a path visits a bucket once
+			}
+			nodes = append(nodes, pathNode{b: ob, in: os, parent: int32(i), lane: int8(l), depth: n.depth + 1})
+		}
+	}
+	// No free slot within reach: the last node's bucket gives its first
+	// entry to the stash, if the stash has room.
+	if t.stashN.Load() >= StashSize {
+		return 0, ErrFull
+	}
+	return s.movePathLocked(t, nodes, len(nodes)-1, 0, true, bump), nil
+}
+
+// onPath reports whether bucket b is on the path from node i to its root.
+func onPath(nodes []pathNode, i int, b uint64) bool {
+	for ; i >= 0; i = int(nodes[i].parent) {
+		if nodes[i].b == b {
+			return true
+		}
+	}
+	return false
+}
+
+// movePathLocked carries out the path from node end to its root: node
+// end's slot goes into lane lane of its bucket (a free lane, or with stash
+// set the lane whose entry goes to the stash first), and each node's
+// parent's slot goes into the lane its entry left. Every entry is copied
+// before it is overwritten, and the stripes of every bucket of the path
+// are odd throughout (bump makes them so; a caller that holds every
+// stripe odd already passes false). It returns the slot stored in the
+// root's bucket: the new item's.
+func (s *Shard) movePathLocked(t *table, nodes []pathNode, end, lane int, stash, bump bool) uint64 {
+	var mask uint64 // stripes of the path's buckets
+	for i := end; i >= 0; i = int(nodes[i].parent) {
+		mask |= 1 << stripeOf(nodes[i].b)
+	}
+	var sb, ss uint64 // the stashed entry, filed under its alternate bucket
+	if stash {
+		sb, ss = t.other(nodes[end].b, laneOf(t.buckets[nodes[end].b], lane))
+		mask |= 1 << stripeOf(sb)
+	}
+	if !bump {
+		mask = 0
+	}
+	s.vers.openMask(mask)
+	if stash {
+		t.stashAdd(sb, ss)
+	}
+	var root uint64
+	for i := end; i >= 0; i = int(nodes[i].parent) {
+		n := nodes[i]
+		atomic.StoreUint64(&t.buckets[n.b], withLane(t.buckets[n.b], lane, n.in))
+		lane, root = int(n.lane), n.in
+	}
+	s.vers.openMask(mask) // closes: every stripe of the mask is even again
+	return root
+}
