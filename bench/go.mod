@@ -3,6 +3,7 @@ module github.com/cuckooguard/cuckooguard/bench
 go 1.26.0
 
 require (
+	github.com/FastFilter/xorfilter v0.4.2-0.20260120015552-4e5a4d9df65a
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/bits-and-blooms/bloom/v3 v3.7.1
 	github.com/cuckooguard/cuckooguard v0.0.0

@@ -1,0 +1,45 @@
+package shard
+
+// A lookup in a large table waits for memory twice, once per bucket, and
+// a loop of lookups waits once per lookup: each one's work keeps the CPU
+// from running far enough ahead to start the next one's loads. A batch
+// lookup makes two passes over a group of items: the first only computes
+// each item's two buckets and loads them, a few instructions per item, so
+// that the cache misses of the whole group are in flight at once; the
+// second runs the usual lookup, whose buckets are then in the cache.
+
+// BatchGroup is the number of items ContainsMany loads before it looks any
+// up: as many misses in flight as the memory system takes, while the
+// group's buckets still fit in L1. Measured at 16M keys on a 2-vCPU Xeon
+// (BenchmarkContainsMany in the bench module, three runs each): 16 items
+// 46-50 ns per key, 32 items 41-43, 64 items 41-42; one Contains per key
+// 72-74. A first version that kept every item's probes between the passes
+// ran at 52-57: the first pass must stay short for the loads to overlap.
+const BatchGroup = 32
+
+// touched keeps the loads of the first pass alive; the compiler does not
+// drop atomic loads, and the store of their sum costs one instruction per
+// group.
+var touched uint64
+
+// ContainsMany sets out[i] to whether the item with fingerprint fs[i] and
+// position vs[i] might be in shards[i], as [Shard.Contains] would, for
+// every i < len(shards). fs, vs and out must be at least as long as
+// shards. It takes no lock and does not allocate.
+func ContainsMany(shards []*Shard, fs []uint8, vs []uint64, out []bool) {
+	n := len(shards)
+	fs, vs, out = fs[:n], vs[:n], out[:n] // one bounds check for all
+	for base := 0; base < n; base += BatchGroup {
+		end := min(base+BatchGroup, n)
+		var x uint64
+		for i := base; i < end; i++ {
+			t := shards[i].tab.Load()
+			v := vs[i]
+			x ^= t.load(v>>(t.sh&63)) ^ t.load((v^alt(fs[i]))>>(t.sh&63))
+		}
+		touched = x
+		for i := base; i < end; i++ {
+			out[i] = shards[i].Contains(fs[i], vs[i])
+		}
+	}
+}
