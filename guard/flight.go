@@ -18,6 +18,8 @@ import (
 //     unless others still want it, and never fails them.
 //   - A call that no waiter joined is recycled, so an uncontended lookup
 //     allocates nothing; a waiter costs one channel.
+//   - A batch (Loader.GetMany) leads the calls of many keys at once with
+//     begin and finish, and waits for the calls it joined with wait.
 //
 // The stripes spread keys over several mutexes by hash.
 type flight[K comparable, V any] struct {
@@ -47,62 +49,82 @@ type call[V any] struct {
 // do returns the result of lookup(ctx, key), sharing one call among
 // concurrent callers of the same key. h picks the stripe.
 func (f *flight[K, V]) do(ctx context.Context, h uint64, key K, lookup func(context.Context, K) (V, error)) (V, error) {
-	st := &f.stripes[h%flightStripes]
 	for {
-		st.mu.Lock()
-		if c, ok := st.m[key]; ok {
-			c.waiters++
-			if c.done == nil {
-				c.done = make(chan struct{})
-			}
-			st.mu.Unlock()
-			select {
-			case <-c.done:
-			case <-ctx.Done():
-				var zero V
-				return zero, ctx.Err()
-			}
-			if c.retry {
-				if err := ctx.Err(); err != nil {
-					var zero V
-					return zero, err
-				}
+		c, leader := f.begin(h, key)
+		if !leader {
+			val, err, retry := f.wait(ctx, c)
+			if retry {
 				continue
 			}
-			return c.val, c.err
+			return val, err
 		}
-		c, _ := f.pool.Get().(*call[V])
-		if c == nil {
-			c = new(call[V])
-		}
-		if st.m == nil {
-			st.m = make(map[K]*call[V])
-		}
-		st.m[key] = c
-		st.mu.Unlock()
-
 		val, err := lookup(ctx, key)
-
-		st.mu.Lock()
-		if st.m[key] == c { // forget may have removed it already
-			delete(st.m, key)
-		}
-		shared := c.waiters > 0
-		if shared {
-			c.val, c.err = val, err
-			// A lookup that failed because the leader left says nothing
-			// about the key: the waiters ask again.
-			c.retry = err != nil && ctx.Err() != nil
-			close(c.done)
-		}
-		st.mu.Unlock()
-		if !shared {
-			// Nobody else saw c: reuse it.
-			*c = call[V]{}
-			f.pool.Put(c)
-		}
+		f.finish(h, key, c, val, err, err != nil && ctx.Err() != nil)
 		return val, err
 	}
+}
+
+// begin returns the call in flight for key and false, or, if there is
+// none, a new call that the caller leads and must finish, and true.
+func (f *flight[K, V]) begin(h uint64, key K) (*call[V], bool) {
+	st := &f.stripes[h%flightStripes]
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if c, ok := st.m[key]; ok {
+		c.waiters++
+		if c.done == nil {
+			c.done = make(chan struct{})
+		}
+		return c, false
+	}
+	c, _ := f.pool.Get().(*call[V])
+	if c == nil {
+		c = new(call[V])
+	}
+	if st.m == nil {
+		st.m = make(map[K]*call[V])
+	}
+	st.m[key] = c
+	return c, true
+}
+
+// finish ends call c of key, which the caller led, with its result: the
+// waiters get it, or start over if retry (the leader's ctx ended the
+// lookup, which says nothing about the key). c must not be used after.
+func (f *flight[K, V]) finish(h uint64, key K, c *call[V], val V, err error, retry bool) {
+	st := &f.stripes[h%flightStripes]
+	st.mu.Lock()
+	if st.m[key] == c { // forget may have removed it already
+		delete(st.m, key)
+	}
+	shared := c.waiters > 0
+	if shared {
+		c.val, c.err, c.retry = val, err, retry
+		close(c.done)
+	}
+	st.mu.Unlock()
+	if !shared {
+		// Nobody else saw c: reuse it.
+		*c = call[V]{}
+		f.pool.Put(c)
+	}
+}
+
+// wait waits for call c, which the caller joined, or for ctx. retry is true
+// if the call's leader left and the caller should begin again.
+func (f *flight[K, V]) wait(ctx context.Context, c *call[V]) (val V, err error, retry bool) {
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		return val, ctx.Err(), false
+	}
+	if c.retry {
+		if err := ctx.Err(); err != nil {
+			return val, err, false
+		}
+		return val, nil, true
+	}
+	return c.val, c.err, false
 }
 
 // forget makes the next caller of key start a new lookup, even while one

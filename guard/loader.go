@@ -66,6 +66,7 @@ import (
 // most one Loader.
 type Loader[K comparable, V any] struct {
 	lookup func(ctx context.Context, key K) (V, error)
+	batch  func(ctx context.Context, keys []K) (map[K]V, error) // nil: one lookup per key
 	codec  keyCodec[K]
 	source func(ctx context.Context) iter.Seq2[K, error]
 	cfg    loaderConfig
@@ -102,7 +103,7 @@ type Loader[K comparable, V any] struct {
 	insertN atomic.Uint64 // inserts, to check the FPR every 4096
 
 	storeCalls, avoided, falsePos, negHits, passed *xsync.Counter
-	rebuilds, rebuildErrs                          *xsync.Counter
+	rebuilds, rebuildErrs, batchCalls              *xsync.Counter
 }
 
 // view is one guard with the shards whose lookups must pass through.
@@ -166,16 +167,24 @@ func NewLoader[K comparable, V any](g *Guard, lookup func(ctx context.Context, k
 		}
 		source = f
 	}
+	var batch func(context.Context, []K) (map[K]V, error)
+	if c.batch != nil {
+		f, ok := c.batch.(func(context.Context, []K) (map[K]V, error))
+		if !ok {
+			return nil, fmt.Errorf("guard: WithBatchLookup is %T, not a batch lookup of keys of type %T and values of type %T", c.batch, *new(K), *new(V))
+		}
+		batch = f
+	}
 	if !g.owned.CompareAndSwap(false, true) {
 		return nil, errors.New("guard: NewLoader: the guard already has a Loader, which closes it; give each Loader a guard of its own")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Loader[K, V]{
-		lookup: lookup, codec: codec, source: source, cfg: c,
+		lookup: lookup, batch: batch, codec: codec, source: source, cfg: c,
 		ctx: ctx, cancel: cancel,
 		storeCalls: xsync.NewCounter(), avoided: xsync.NewCounter(), falsePos: xsync.NewCounter(),
 		negHits: xsync.NewCounter(), passed: xsync.NewCounter(),
-		rebuilds: xsync.NewCounter(), rebuildErrs: xsync.NewCounter(),
+		rebuilds: xsync.NewCounter(), rebuildErrs: xsync.NewCounter(), batchCalls: xsync.NewCounter(),
 	}
 	if c.negSize > 0 {
 		l.neg = newNegCache[K](c.negSize, c.negTTL, c.now)
@@ -266,7 +275,7 @@ func (l *Loader[K, V]) Get(ctx context.Context, key K) (V, error) {
 		l.passed.Inc()
 	}
 	val, err := l.flight.do(ctx, h, key, l.load)
-	if err != nil && l.cfg.isNotFound(err) {
+	if err != nil && l.notFound(err) {
 		if guarded {
 			l.falsePos.Inc()
 			if l.neg != nil {
@@ -312,7 +321,8 @@ func (l *Loader[K, V]) Close() error {
 // not necessarily form a consistent snapshot.
 type LoaderStats struct {
 	Ready             bool    // the guard answers ErrNotFound on its own
-	StoreCalls        uint64  // calls of the lookup function
+	StoreCalls        uint64  // calls of the lookup function and of the batch lookup
+	BatchCalls        uint64  // calls of the batch lookup (WithBatchLookup)
 	Avoided           uint64  // lookups answered ErrNotFound without the store
 	FalsePositives    uint64  // store "not found" for keys the guard let through
 	ObservedFPR       float64 // FalsePositives / (FalsePositives + Avoided)
@@ -331,6 +341,7 @@ func (l *Loader[K, V]) Stats() LoaderStats {
 	st := LoaderStats{
 		Ready:             l.ready.Load(),
 		StoreCalls:        uint64(l.storeCalls.Value()),
+		BatchCalls:        uint64(l.batchCalls.Value()),
 		Avoided:           uint64(l.avoided.Value()),
 		FalsePositives:    uint64(l.falsePos.Value()),
 		NegativeCacheHits: uint64(l.negHits.Value()),

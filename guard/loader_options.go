@@ -28,6 +28,7 @@ type LoaderOption func(*loaderConfig)
 type loaderConfig struct {
 	keyBytes    any // func(K) []byte, checked in NewLoader
 	keySource   any // func(context.Context) iter.Seq2[K, error]
+	batch       any // func(context.Context, []K) (map[K]V, error)
 	isNotFound  func(error) bool
 	notWritten  func(error) bool
 	negSize     int
@@ -56,9 +57,20 @@ func WithKeySource[K comparable](source func(ctx context.Context) iter.Seq2[K, e
 	return func(c *loaderConfig) { c.keySource = source }
 }
 
-// WithNotFound sets how a Loader recognizes the store's "not found" error.
-// The default recognizes [sql.ErrNoRows] and [ErrNotFound] with
-// [errors.Is].
+// WithBatchLookup sets the store lookup that [Loader.GetMany] uses for the
+// keys the guard lets through: one call for all of them, for example one
+// SELECT … WHERE id = ANY($1). It returns the rows it found, by key; a
+// key missing from the map is not in the store (ErrNotFound), and an
+// error fails every key of the call. Without it GetMany looks the keys up
+// one at a time. The types must be those of the Loader's keys and values;
+// NewLoader checks.
+func WithBatchLookup[K comparable, V any](lookup func(ctx context.Context, keys []K) (map[K]V, error)) LoaderOption {
+	return func(c *loaderConfig) { c.batch = lookup }
+}
+
+// WithNotFound sets how a Loader recognizes the store's "not found" error,
+// besides [ErrNotFound], which it always recognizes. The default
+// recognizes [sql.ErrNoRows] with [errors.Is].
 func WithNotFound(isNotFound func(error) bool) LoaderOption {
 	return func(c *loaderConfig) { c.isNotFound = isNotFound }
 }

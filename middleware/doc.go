@@ -13,6 +13,12 @@
 // up. The middleware never modifies the request, and it looks nothing up
 // in the store.
 //
+// The middleware filters requests for one key. A request for many keys
+// (GET /users?ids=1,2,3) is the handler's to guard: it asks
+// [guard.Loader.GetMany], which answers the keys the guard knows are absent
+// without the store and looks the others up in one call of the batch
+// lookup ([guard.WithBatchLookup]); examples/httpapi shows it.
+//
 // A request that passes and still gets a 404 from the next handler is
 // counted as an observed false positive. To see the status the middleware
 // wraps the ResponseWriter of passed requests; the wrapper supports

@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -289,5 +290,39 @@ func TestDatabaseDown(t *testing.T) {
 	p.SetTarget(target) // back
 	if code, b := c.do("GET", "/users/5", nil); code != 200 {
 		t.Fatalf("GET /users/5 = %d %s after the database came back", code, b)
+	}
+}
+
+// TestGetUsersBatch asks for many ids in one request: the users that exist
+// come back in order, the others are listed as missing, and the database
+// sees one query.
+func TestGetUsersBatch(t *testing.T) {
+	a, base := startApp(t, 100)
+	if err := a.warmUp(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	c := client{t: t, base: base, c: &http.Client{Transport: tr, Timeout: 10 * time.Second}}
+	var ids []string
+	for i := range 200 {
+		ids = append(ids, strconv.Itoa(i+1)) // 1..100 exist, 101..200 do not
+	}
+	lookups, batches := a.db.Lookups.Load(), a.db.BatchLookups.Load()
+	code, b := c.do("GET", "/users?ids="+strings.Join(ids, ","), nil)
+	var resp usersResponse
+	if err := json.Unmarshal(b, &resp); code != 200 || err != nil {
+		t.Fatalf("GET /users?ids=… = %d %s (%v)", code, b, err)
+	}
+	if len(resp.Users) != 100 || len(resp.Missing) != 100 || resp.Users[0].ID != 1 || resp.Missing[0] != 101 {
+		t.Fatalf("%d users and %d missing: %+v", len(resp.Users), len(resp.Missing), resp)
+	}
+	if n, m := a.db.BatchLookups.Load()-batches, a.db.Lookups.Load()-lookups; n != 1 || m != 0 {
+		t.Fatalf("one request for 200 ids ran %d batch and %d single queries, want 1 and 0", n, m)
+	}
+	for _, q := range []string{"", "1,x", strings.Repeat("1,", maxBatch) + "1"} {
+		if code, _ := c.do("GET", "/users?ids="+q, nil); code != 400 {
+			t.Errorf("GET /users?ids=%.20q = %d, want 400", q, code)
+		}
 	}
 }

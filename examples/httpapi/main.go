@@ -5,7 +5,9 @@
 //	go run ./httpapi -rows 1000000 -addr 127.0.0.1:9090
 //	go run ./httpapi -dsn postgres://user:pass@127.0.0.1:5432/db
 //
-// Routes: GET /users/{id} (200 JSON or 404), POST /users with
+// Routes: GET /users/{id} (200 JSON or 404), GET /users?ids=1,2,3 (200
+// with {"users": […], "missing": […]}, one query for all the ids the guard
+// does not rule out), POST /users with
 // {"id": "42", "name": "Ada"} (201), DELETE /users/{id} (204 or 404), and
 // GET /debug/vars (expvar, with a "cuckooguard" object). SIGINT or SIGTERM
 // shut it down gracefully.

@@ -393,3 +393,40 @@ func TestConcurrentInsertsOfOneIDUnderRowLock(t *testing.T) {
 		t.Fatalf("after 32 refused inserts: %d copies, %d doublings; want 0, 0 (the holder's row came from outside the Loader)", st.Items, st.Doublings)
 	}
 }
+
+// TestGetManyOneStoreCall looks up 1000 ids, half of them absent, with
+// Loader.GetMany over userdb.LookupMany: one store call in all (the
+// guard answers the absent ids, the rest go in one WHERE id = ANY($1) or
+// IN (…) query), and every id gets the right answer.
+func TestGetManyOneStoreCall(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db *userdb.DB) {
+		ctx := context.Background()
+		if err := db.Seed(ctx, 500, nil); err != nil {
+			t.Fatal(err)
+		}
+		l := newLoaderWith(t, db, []guard.Option{guard.WithCapacity(1000)}, guard.WithBatchLookup(db.LookupMany))
+		if err := l.Fill(ctx, db.IDs(ctx)); err != nil {
+			t.Fatal(err)
+		}
+		ids := make([]int64, 1000)
+		for i := range ids {
+			ids[i] = int64(i + 1) // 1..500 exist, 501..1000 do not
+		}
+		db.Lookups.Store(0)
+		db.BatchLookups.Store(0)
+		users, errs := l.GetMany(ctx, ids)
+		for i, id := range ids {
+			switch {
+			case id <= 500 && (errs[i] != nil || users[i].ID != id):
+				t.Fatalf("id %d: %+v, %v", id, users[i], errs[i])
+			case id > 500 && !errors.Is(errs[i], guard.ErrNotFound):
+				t.Fatalf("absent id %d: %+v, %v", id, users[i], errs[i])
+			}
+		}
+		st := l.Stats()
+		t.Logf("1000 ids: %d batch queries, %d single queries, %d avoided, %d false positives", db.BatchLookups.Load(), db.Lookups.Load(), st.Avoided, st.FalsePositives)
+		if db.BatchLookups.Load() != 1 || db.Lookups.Load() != 0 {
+			t.Fatalf("%d batch and %d single queries for one GetMany, want 1 and 0", db.BatchLookups.Load(), db.Lookups.Load())
+		}
+	})
+}

@@ -1,0 +1,165 @@
+package guard
+
+import (
+	"context"
+	"errors"
+)
+
+// GetMany returns the values of keys: vals[i] and errs[i] are what
+// [Loader.Get] would return for keys[i]. Keys the guard knows are absent
+// get [ErrNotFound] without the store (looked up together, as
+// [Guard.ContainsMany] does); the rest go to the store in one call of the
+// batch lookup set with [WithBatchLookup], or, without one, one lookup per
+// key. A key asked for more than once is looked up once. Concurrent Gets
+// and GetManys of the same key share one store call, as Gets do, and the
+// negative cache ([WithNegativeCache]) answers and learns as for Get.
+//
+// If the batch lookup fails, every key it was asked for gets its error. If
+// ctx ends, the keys not answered yet get ctx.Err().
+func (l *Loader[K, V]) GetMany(ctx context.Context, keys []K) (vals []V, errs []error) {
+	vals, errs = make([]V, len(keys)), make([]error, len(keys))
+	if err := ctx.Err(); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return vals, errs
+	}
+	ready := l.ready.Load() // before cur: see MayContain
+	v := l.cur.Load()
+	hs := make([]uint64, len(keys))
+	for i, k := range keys {
+		hs[i] = l.codec.hash(v.g, k)
+	}
+	maybe := make([]bool, len(keys))
+	if ready {
+		v.g.ContainsManyHashes(hs, maybe)
+	}
+	// The keys the store must answer, first occurrence of each; the
+	// others copy its answer at the end.
+	type pending struct {
+		i            int // index of the first occurrence in keys
+		guarded      bool
+		epoch, gen   uint64
+		c            *call[V] // the call that answers it
+		leader, done bool
+	}
+	var todo []pending
+	first := make(map[K]int, len(keys)) // key → index in todo, or -1 if answered already
+	for i, k := range keys {
+		if _, seen := first[k]; seen {
+			continue
+		}
+		h := hs[i]
+		guarded := ready && !v.passes(h)
+		epoch, gen := l.epoch(h).Load(), l.negGen.Load()
+		if guarded {
+			if !maybe[i] {
+				l.avoided.Inc()
+				errs[i], first[k] = ErrNotFound, -1
+				continue
+			}
+			if l.neg != nil && l.neg.has(k, epoch, gen) {
+				l.negHits.Inc()
+				errs[i], first[k] = ErrNotFound, -1
+				continue
+			}
+		} else {
+			l.passed.Inc()
+		}
+		first[k] = len(todo)
+		todo = append(todo, pending{i: i, guarded: guarded, epoch: epoch, gen: gen})
+	}
+	answer := func(p *pending, val V, err error) {
+		if err != nil && l.notFound(err) {
+			if p.guarded {
+				l.falsePos.Inc()
+				if l.neg != nil {
+					l.neg.add(keys[p.i], p.epoch, p.gen)
+				}
+			}
+			val, err = *new(V), ErrNotFound
+		}
+		vals[p.i], errs[p.i], p.done = val, err, true
+	}
+	if batch := l.batch; batch != nil && len(todo) > 0 {
+		// Lead every key nobody is looking up yet, in one store call;
+		// join the others.
+		var led []K
+		for j := range todo {
+			p := &todo[j]
+			p.c, p.leader = l.flight.begin(hs[p.i], keys[p.i])
+			if p.leader {
+				led = append(led, keys[p.i])
+			}
+		}
+		if len(led) > 0 {
+			found, err := l.loadMany(ctx, batch, led)
+			retry := err != nil && ctx.Err() != nil
+			for j := range todo {
+				p := &todo[j]
+				if !p.leader {
+					continue
+				}
+				val, verr := found[keys[p.i]], err
+				if verr == nil {
+					if _, ok := found[keys[p.i]]; !ok {
+						verr = ErrNotFound
+					}
+				}
+				l.flight.finish(hs[p.i], keys[p.i], p.c, val, verr, retry)
+				answer(p, val, verr)
+			}
+		}
+		for j := range todo {
+			p := &todo[j]
+			if p.leader {
+				continue
+			}
+			val, err, retry := l.flight.wait(ctx, p.c)
+			if !retry {
+				answer(p, val, err)
+			}
+			// A call whose leader left is looked up again below.
+		}
+	}
+	for j := range todo {
+		p := &todo[j]
+		if !p.done {
+			val, err := l.flight.do(ctx, hs[p.i], keys[p.i], l.load)
+			answer(p, val, err)
+		}
+	}
+	for i, k := range keys {
+		if j := first[k]; j >= 0 && todo[j].i != i {
+			vals[i], errs[i] = vals[todo[j].i], errs[todo[j].i]
+		} else if j < 0 && errs[i] == nil {
+			errs[i] = ErrNotFound // a repeat of a key the guard answered
+		}
+	}
+	return vals, errs
+}
+
+// loadMany is one call of the batch lookup, bounded by WithLoadTimeout.
+func (l *Loader[K, V]) loadMany(ctx context.Context, batch func(context.Context, []K) (map[K]V, error), keys []K) (map[K]V, error) {
+	if l.cfg.loadTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.cfg.loadTimeout)
+		defer cancel()
+	}
+	l.storeCalls.Inc()
+	l.batchCalls.Inc()
+	found, err := batch(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	if found == nil {
+		return nil, errors.New("guard: the batch lookup returned a nil map and no error")
+	}
+	return found, nil
+}
+
+// notFound reports whether err from the store says the key is absent:
+// ErrNotFound, or what WithNotFound recognizes.
+func (l *Loader[K, V]) notFound(err error) bool {
+	return errors.Is(err, ErrNotFound) || l.cfg.isNotFound(err)
+}
