@@ -16,11 +16,12 @@ type Op byte
 
 // The operations a notification carries.
 const (
-	Insert Op = 'I' // Key was inserted
-	Delete Op = 'D' // Key was deleted
-	Update Op = 'U' // OldKey became Key
-	Resync Op = 'R' // a key too long for a payload changed: read the table again
-	Marker Op = 'S' // a follower's own marker: every change committed before it has arrived
+	Insert    Op = 'I' // Key was inserted
+	Delete    Op = 'D' // Key was deleted
+	Update    Op = 'U' // OldKey became Key
+	Resync    Op = 'R' // a key too long for a payload changed: read the table again
+	Marker    Op = 'S' // a follower's own marker: every change committed before it has arrived
+	Heartbeat Op = 'H' // a follower's heartbeat: the LISTEN connection is alive
 )
 
 // Change is one decoded notification.
@@ -49,7 +50,7 @@ func ParseChange(payload string) (Change, error) {
 	}
 	c := Change{Op: Op(payload[0])}
 	rest := payload[2:]
-	if c.Op == Marker { // "S <token>", sent by a Follower, not the trigger
+	if c.Op == Marker || c.Op == Heartbeat { // "S <token>" or "H <token>", sent by a Follower, not the trigger
 		if rest == "" {
 			return bad("marker")
 		}

@@ -1,15 +1,19 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cuckooguard/cuckooguard/guard"
 )
@@ -41,6 +45,13 @@ func (s State) String() string {
 // errResync ends a session when a notification asks for a resync.
 var errResync = errors.New("postgres: resync requested")
 
+// ErrNoNotifications is returned by [Follower.Run] when its first session
+// gets nothing back on its LISTEN connection, not even the marker it sent
+// itself through the database: the connection cannot LISTEN (a PgBouncer
+// in transaction pooling mode accepts LISTEN and delivers nothing). Point
+// the Follower at the database itself, or at a session-pooling bouncer.
+var ErrNoNotifications = errors.New("postgres: follower: no notifications arrive on the LISTEN connection")
+
 // Follower keeps a guard.Loader in step with the writes made to a table,
 // from the notifications of the trigger of [Install].
 //
@@ -64,23 +75,28 @@ var errResync = errors.New("postgres: resync requested")
 // A Follower is safe for concurrent use: Run in one goroutine, Stats from
 // any. A Loader follows one Follower at a time.
 type Follower[K comparable, V any] struct {
-	loader  *guard.Loader[K, V]
-	dsn     string
-	table   string
-	key     string
-	parse   func(string) (K, error)
-	origin  string
-	backoff time.Duration
-	maxLag  time.Duration
+	loader    *guard.Loader[K, V]
+	dsn       string
+	table     string
+	key       string
+	parse     func(string) (K, error)
+	origin    string
+	backoff   time.Duration
+	maxLag    time.Duration
+	heartbeat time.Duration
+	deadline  time.Duration
 
 	state       atomic.Int32
-	lag         atomic.Int64 // of the last notification, nanoseconds
+	lag         atomic.Int64 // heartbeat lag, nanoseconds: see FollowerStats.Lag
 	applied     atomic.Int64
 	skipped     atomic.Int64
 	resyncs     atomic.Int64
 	failures    atomic.Int64
+	beats       atomic.Int64
+	beatsLost   atomic.Int64 // sessions ended because heartbeats stopped coming back
 	pid         atomic.Uint32
 	lastApplied atomic.Int64 // unix nanoseconds
+	lastBeat    atomic.Int64 // unix nanoseconds of the last heartbeat that came back
 	mu          sync.Mutex   // protects lastErr
 	lastErr     error
 	resyncReq   chan struct{} // buffered 1: the Loader asked for a fresh guard
@@ -90,17 +106,48 @@ type Follower[K comparable, V any] struct {
 type FollowerOption func(*followerConfig)
 
 type followerConfig struct {
-	origin  string
-	backoff time.Duration
-	maxLag  time.Duration
+	origin    string
+	backoff   time.Duration
+	maxLag    time.Duration
+	heartbeat time.Duration
+	deadline  time.Duration
 }
 
-// WithMaxLag sets how late, from the row's change on the database clock to
-// its notification arriving here, notifications may be before the
-// Follower considers itself behind: it then invalidates the Loader (every
-// lookup passes through) until the lag is back under half of it. The
-// default is 5 s. The database and this process should share a clock
-// (NTP).
+// Defaults of the Follower options.
+const (
+	// DefaultHeartbeat is how often a Follower sends itself a heartbeat.
+	DefaultHeartbeat = time.Second
+)
+
+// WithHeartbeat sets how often the Follower sends itself a heartbeat
+// through the database (a NOTIFY on its channel) and expects it back on
+// its LISTEN connection. A connection that is dead without being closed
+// (a NAT or load balancer that dropped it, a half-open TCP session)
+// delivers nothing and reports nothing; the heartbeat is how the Follower
+// finds out. The default is [DefaultHeartbeat]; the heartbeat deadline
+// ([WithHeartbeatDeadline]) and the max lag ([WithMaxLag]) default to
+// multiples of it.
+func WithHeartbeat(d time.Duration) FollowerOption {
+	return func(c *followerConfig) { c.heartbeat = d }
+}
+
+// WithHeartbeatDeadline sets how long the LISTEN connection may deliver
+// nothing at all while a heartbeat is out before the Follower gives it up:
+// it invalidates the Loader (every lookup passes through), drops the
+// connection, reconnects and resyncs. It also bounds connecting and the
+// first heartbeat of a session. The default is 3× the heartbeat interval.
+func WithHeartbeatDeadline(d time.Duration) FollowerOption {
+	return func(c *followerConfig) { c.deadline = d }
+}
+
+// WithMaxLag sets how late notifications may arrive before the Follower
+// considers itself behind: it then invalidates the Loader (every lookup
+// passes through) until the lag is back under half of it. The lag is
+// measured on this process's clock alone: the round trip of the last
+// heartbeat, or the age of the oldest heartbeat not back yet, whichever is
+// larger (notifications arrive in commit order, so a heartbeat waits
+// behind every change committed before it). The default is 2× the
+// heartbeat interval.
 func WithMaxLag(d time.Duration) FollowerOption {
 	return func(c *followerConfig) { c.maxLag = d }
 }
@@ -125,21 +172,27 @@ func WithBackoff(d time.Duration) FollowerOption {
 // keyColumn, parsed with parse from their text form, to loader. dsn is a
 // postgres:// URL; the Follower opens two connections of its own.
 func NewFollower[K comparable, V any](loader *guard.Loader[K, V], dsn, table, keyColumn string, parse func(string) (K, error), opts ...FollowerOption) (*Follower[K, V], error) {
-	c := followerConfig{backoff: 100 * time.Millisecond, maxLag: 5 * time.Second}
+	c := followerConfig{backoff: 100 * time.Millisecond, heartbeat: DefaultHeartbeat}
 	for _, o := range opts {
 		o(&c)
+	}
+	if c.heartbeat > 0 {
+		c.deadline = cmp.Or(c.deadline, 3*c.heartbeat)
+		c.maxLag = cmp.Or(c.maxLag, 2*c.heartbeat)
 	}
 	if loader == nil || parse == nil || table == "" || keyColumn == "" {
 		return nil, errors.New("postgres: NewFollower needs a loader, a table, a key column and a parse function")
 	}
-	if c.backoff <= 0 || c.maxLag <= 0 {
-		return nil, fmt.Errorf("postgres: backoff %v and max lag %v must be positive", c.backoff, c.maxLag)
+	if c.backoff <= 0 || c.maxLag <= 0 || c.heartbeat <= 0 || c.deadline <= c.heartbeat {
+		return nil, fmt.Errorf("postgres: backoff %v, max lag %v and heartbeat %v must be positive, and the heartbeat deadline %v longer than the heartbeat",
+			c.backoff, c.maxLag, c.heartbeat, c.deadline)
 	}
 	if _, err := pgx.ParseConfig(dsn); err != nil {
 		return nil, fmt.Errorf("postgres: follower: %w", err)
 	}
 	return &Follower[K, V]{loader: loader, dsn: dsn, table: table, key: keyColumn, parse: parse,
-		origin: c.origin, backoff: c.backoff, maxLag: c.maxLag, resyncReq: make(chan struct{}, 1)}, nil
+		origin: c.origin, backoff: c.backoff, maxLag: c.maxLag, heartbeat: c.heartbeat, deadline: c.deadline,
+		resyncReq: make(chan struct{}, 1)}, nil
 }
 
 // Run follows the table until ctx ends, reconnecting after failures, and
@@ -155,7 +208,7 @@ func (f *Follower[K, V]) Run(ctx context.Context) error {
 	}
 	defer detach()
 	delay := f.backoff
-	for {
+	for first := true; ; first = false {
 		err := f.session(ctx)
 		f.loader.Invalidate()
 		f.state.Store(int32(PassThrough))
@@ -171,6 +224,11 @@ func (f *Follower[K, V]) Run(ctx context.Context) error {
 		f.mu.Lock()
 		f.lastErr = err
 		f.mu.Unlock()
+		if first && errors.Is(err, ErrNoNotifications) {
+			// A connection that cannot LISTEN will not start to: say so
+			// rather than leave the Loader passing through for good.
+			return err
+		}
 		t := time.NewTimer(delay/2 + rand.N(delay))
 		select {
 		case <-ctx.Done():
@@ -210,77 +268,200 @@ func (f *Follower[K, V]) session(ctx context.Context) error {
 	return err
 }
 
-// follow is one session: connect, LISTEN, resync, apply.
+// follow is one session: connect, LISTEN, resync, apply, with a heartbeat.
 func (f *Follower[K, V]) follow(ctx context.Context) error {
-	listen, err := pgx.Connect(ctx, f.dsn)
+	listen, err := f.connect(ctx)
 	if err != nil {
-		return fmt.Errorf("postgres: follower connect: %w", err)
+		return err
 	}
 	defer listen.Close(context.WithoutCancel(ctx))
 	f.pid.Store(listen.PgConn().PID())
 	// LISTEN before the read: a write committed between the two reaches
 	// us as a notification, and the snapshot tells whether the read saw it.
-	if _, err := listen.Exec(ctx, "LISTEN "+pgx.Identifier{Channel(f.table)}.Sanitize()); err != nil {
+	lctx, cancel := context.WithTimeout(ctx, f.deadline)
+	_, err = listen.Exec(lctx, "LISTEN "+pgx.Identifier{Channel(f.table)}.Sanitize())
+	cancel()
+	if err != nil {
 		return fmt.Errorf("postgres: follower listen: %w", err)
 	}
 	f.state.Store(int32(Resyncing))
-	sn, marker, err := f.resync(ctx)
+	sender, err := f.connect(ctx) // reads the table, then sends the heartbeats
+	if err != nil {
+		return err
+	}
+	defer sender.Close(context.WithoutCancel(ctx))
+	sn, session, err := f.resync(ctx, sender)
 	if err != nil {
 		return err
 	}
 	f.resyncs.Add(1)
 	// The Loader stays invalid until the marker sent after the read comes
 	// back: every change committed during the read arrives before it and
-	// is applied first.
+	// is applied first. If it never comes, the connection cannot LISTEN.
+	hb := heartbeats{session: session, last: time.Now()}
+	if err := f.notify(ctx, sender, "S "+session); err != nil {
+		return err
+	}
+	hb.markerSent = time.Now()
+	next := hb.markerSent.Add(f.heartbeat)
 	for {
-		n, err := listen.WaitForNotification(ctx)
-		if err != nil {
+		wctx, cancel := context.WithDeadline(ctx, next)
+		n, err := listen.WaitForNotification(wctx)
+		cancel()
+		now := time.Now()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil && !pgconn.Timeout(err) && !errors.Is(err, context.DeadlineExceeded):
 			return fmt.Errorf("postgres: follower wait: %w", err)
-		}
-		c, err := ParseChange(n.Payload)
-		if err != nil {
-			return err // a payload we do not understand: start over
-		}
-		if c.Op == Resync {
-			return errResync
-		}
-		if c.Op == Marker {
-			if c.Key == marker && State(f.state.Load()) == Resyncing {
-				f.loader.MarkReady()
-				f.state.Store(int32(Following))
+		case err == nil:
+			hb.last = now
+			if err := f.notification(n.Payload, sn, &hb, now); err != nil {
+				return err
 			}
-			continue // another follower's marker
 		}
-		lag := time.Since(time.UnixMicro(c.At))
-		f.lag.Store(int64(lag))
-		switch st := State(f.state.Load()); {
-		case st == Following && lag > f.maxLag:
-			// Too late to trust: other replicas' rows may be missing for
-			// longer than promised. Pass through until caught up.
-			f.loader.Invalidate()
-			f.state.Store(int32(Behind))
-		case st == Behind && lag < f.maxLag/2:
-			f.loader.MarkReady()
-			f.state.Store(int32(Following))
+		if State(f.state.Load()) == Resyncing && now.Sub(hb.markerSent) > f.deadline {
+			return fmt.Errorf("%w: the marker the follower sent %v ago through the database has not come back on the LISTEN connection (a transaction-pooling PgBouncer delivers nothing)",
+				ErrNoNotifications, now.Sub(hb.markerSent).Round(time.Millisecond))
 		}
-		// Skip what the read saw, and this process's own inserts (its
-		// Loader added them before writing). Its own deletes and updates
-		// are applied here: the Loader's Delete removes nothing while a
-		// feed is attached.
-		if sn.Visible(c.TxID) || (f.origin != "" && c.Origin == f.origin && c.Op == Insert) {
-			f.skipped.Add(1)
-			continue
+		if len(hb.out) > 0 && now.Sub(hb.last) > f.deadline {
+			// Nothing at all for a deadline while a heartbeat is out: the
+			// connection is dead, whether or not it says so.
+			f.beatsLost.Add(1)
+			return fmt.Errorf("postgres: follower: no notification for %v with a heartbeat out: the LISTEN connection is dead",
+				now.Sub(hb.last).Round(time.Millisecond))
 		}
-		if err := f.apply(c); err != nil {
-			return err
+		f.checkLag(hb.lag(now))
+		if !now.Before(next) {
+			hb.seq++
+			if err := f.notify(ctx, sender, fmt.Sprintf("H %s-%d", session, hb.seq)); err != nil {
+				f.beatsLost.Add(1) // the database did not take it within the deadline
+				return err
+			}
+			hb.out = append(hb.out, beat{seq: hb.seq, sent: now})
+			f.beats.Add(1)
+			next = now.Add(f.heartbeat)
 		}
-		f.applied.Add(1)
-		f.lastApplied.Store(time.Now().UnixNano())
 	}
 }
 
-// resync reads every key under a snapshot into a fresh guard of the Loader
-// and returns the snapshot.
+// heartbeats is what a session knows of its heartbeats.
+type heartbeats struct {
+	session    string        // this session's token: heartbeats are "H <session>-<seq>"
+	seq        int64         // of the last heartbeat sent
+	out        []beat        // sent and not back yet, oldest first
+	rtt        time.Duration // of the last one back
+	last       time.Time     // when the last notification of any kind arrived
+	markerSent time.Time
+}
+
+type beat struct {
+	seq  int64
+	sent time.Time
+}
+
+// lag is the round trip of the last heartbeat back or the age of the
+// oldest one out, whichever is larger: both on this process's clock.
+func (hb *heartbeats) lag(now time.Time) time.Duration {
+	if len(hb.out) > 0 {
+		return max(hb.rtt, now.Sub(hb.out[0].sent))
+	}
+	return hb.rtt
+}
+
+// back records that heartbeat seq came back at now.
+func (hb *heartbeats) back(seq int64, now time.Time) bool {
+	for i, b := range hb.out {
+		if b.seq == seq {
+			hb.rtt = now.Sub(b.sent)
+			hb.out = hb.out[i+1:] // notifications arrive in order: older ones are lost or late
+			return true
+		}
+	}
+	return false
+}
+
+// notification handles one payload.
+func (f *Follower[K, V]) notification(payload string, sn Snapshot, hb *heartbeats, now time.Time) error {
+	c, err := ParseChange(payload)
+	if err != nil {
+		return err // a payload we do not understand: start over
+	}
+	switch c.Op {
+	case Resync:
+		return errResync
+	case Marker:
+		if c.Key == hb.session && State(f.state.Load()) == Resyncing {
+			f.loader.MarkReady()
+			f.state.Store(int32(Following))
+		}
+		return nil // or another follower's marker
+	case Heartbeat:
+		token, seqText, _ := strings.Cut(c.Key, "-")
+		if token != hb.session {
+			return nil // another follower's
+		}
+		if seq, err := strconv.ParseInt(seqText, 10, 64); err == nil && hb.back(seq, now) {
+			f.lastBeat.Store(now.UnixNano())
+		}
+		return nil
+	}
+	// Skip what the read saw, and this process's own inserts (its Loader
+	// added them before writing). Its own deletes and updates are applied
+	// here: the Loader's Delete removes nothing while a feed is attached.
+	if sn.Visible(c.TxID) || (f.origin != "" && c.Origin == f.origin && c.Op == Insert) {
+		f.skipped.Add(1)
+		return nil
+	}
+	if err := f.apply(c); err != nil {
+		return err
+	}
+	f.applied.Add(1)
+	f.lastApplied.Store(now.UnixNano())
+	return nil
+}
+
+// checkLag moves between Following and Behind by the heartbeat lag.
+func (f *Follower[K, V]) checkLag(lag time.Duration) {
+	f.lag.Store(int64(lag))
+	switch st := State(f.state.Load()); {
+	case st == Following && lag > f.maxLag:
+		// Too late to trust: other replicas' rows may be missing for
+		// longer than promised. Pass through until caught up.
+		f.loader.Invalidate()
+		f.state.Store(int32(Behind))
+	case st == Behind && lag < f.maxLag/2:
+		f.loader.MarkReady()
+		f.state.Store(int32(Following))
+	}
+}
+
+// connect opens a connection, within the heartbeat deadline: a database
+// that does not answer is a failure like any other.
+func (f *Follower[K, V]) connect(ctx context.Context) (*pgx.Conn, error) {
+	cctx, cancel := context.WithTimeout(ctx, f.deadline)
+	defer cancel()
+	c, err := pgx.Connect(cctx, f.dsn)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: follower connect: %w", err)
+	}
+	return c, nil
+}
+
+// notify sends payload on the follower's channel through c, within the
+// heartbeat deadline.
+func (f *Follower[K, V]) notify(ctx context.Context, c *pgx.Conn, payload string) error {
+	nctx, cancel := context.WithTimeout(ctx, f.deadline)
+	defer cancel()
+	if _, err := c.Exec(nctx, `SELECT pg_notify($1, $2)`, Channel(f.table), payload); err != nil {
+		return fmt.Errorf("postgres: follower notify: %w", err)
+	}
+	return nil
+}
+
+// resync reads every key under a snapshot into a fresh guard of the Loader,
+// on the connection reader, and returns the snapshot and a token for the
+// session's marker and heartbeats.
 //
 // The snapshot is taken inside the Loader's Resync, after the fresh guard
 // is installed for inserts: Resync waits for this process's inserts in
@@ -288,16 +469,11 @@ func (f *Follower[K, V]) follow(ctx context.Context) error {
 // either committed before the snapshot (and the read sees it) or reaches
 // the fresh guard directly. Taken earlier, an insert that had added its key
 // to the old guard only and committed after the snapshot would be lost.
-func (f *Follower[K, V]) resync(ctx context.Context) (Snapshot, string, error) {
-	reader, err := pgx.Connect(ctx, f.dsn)
-	if err != nil {
-		return Snapshot{}, "", fmt.Errorf("postgres: follower connect: %w", err)
-	}
-	defer reader.Close(context.WithoutCancel(ctx))
+func (f *Follower[K, V]) resync(ctx context.Context, reader *pgx.Conn) (Snapshot, string, error) {
 	query := fmt.Sprintf("SELECT %s::text FROM %s",
 		pgx.Identifier{f.key}.Sanitize(), sanitizeTable(f.table))
 	var sn Snapshot
-	err = f.loader.Resync(ctx, func(ctx context.Context, add func(K) error, _ func(K)) error {
+	err := f.loader.Resync(ctx, func(ctx context.Context, add func(K) error, _ func(K)) error {
 		tx, s, err := ReadSnapshot(ctx, reader)
 		if err != nil {
 			return err
@@ -327,14 +503,10 @@ func (f *Follower[K, V]) resync(ctx context.Context) (Snapshot, string, error) {
 	if err != nil {
 		return Snapshot{}, "", fmt.Errorf("postgres: follower resync: %w", err)
 	}
-	// Notifications are delivered in commit order, so once this marker
-	// arrives on the LISTEN connection, so has every change committed
+	// Notifications are delivered in commit order, so once the session's
+	// marker (sent by follow) arrives, so has every change committed
 	// before it, including those committed during the read.
-	marker := fmt.Sprintf("%d-%d", reader.PgConn().PID(), rand.Uint64())
-	if _, err := reader.Exec(ctx, `SELECT pg_notify($1, $2)`, Channel(f.table), "S "+marker); err != nil {
-		return Snapshot{}, "", fmt.Errorf("postgres: follower marker: %w", err)
-	}
-	return sn, marker, nil
+	return sn, fmt.Sprintf("%d.%d", reader.PgConn().PID(), rand.Uint64()), nil
 }
 
 // apply applies one change to the Loader.
@@ -364,15 +536,18 @@ func (f *Follower[K, V]) apply(c Change) error {
 
 // FollowerStats describes a Follower.
 type FollowerStats struct {
-	State       State
-	Applied     int64         // notifications applied
-	Skipped     int64         // notifications of own inserts, or seen by the last read
-	Resyncs     int64         // completed reads of the whole table
-	Failures    int64         // sessions that ended in an error
-	BackendPID  uint32        // of the LISTEN connection, 0 when not connected
-	Lag         time.Duration // of the last notification: from the row's change to its arrival
-	LastApplied time.Time     // when the last notification was applied
-	LastError   error
+	State          State
+	Applied        int64         // notifications applied
+	Skipped        int64         // notifications of own inserts, or seen by the last read
+	Resyncs        int64         // completed reads of the whole table
+	Failures       int64         // sessions that ended in an error
+	BackendPID     uint32        // of the LISTEN connection, 0 when not connected
+	Lag            time.Duration // the last heartbeat's round trip, or the age of the oldest one out if larger
+	Heartbeats     int64         // heartbeats sent
+	HeartbeatsLost int64         // sessions given up because nothing came back within the deadline
+	LastHeartbeat  time.Time     // when the last heartbeat came back
+	LastApplied    time.Time     // when the last notification was applied
+	LastError      error
 }
 
 // Stats returns the Follower's statistics.
@@ -381,14 +556,19 @@ func (f *Follower[K, V]) Stats() FollowerStats {
 	lastErr := f.lastErr
 	f.mu.Unlock()
 	st := FollowerStats{
-		State:      State(f.state.Load()),
-		Applied:    f.applied.Load(),
-		Skipped:    f.skipped.Load(),
-		Resyncs:    f.resyncs.Load(),
-		Failures:   f.failures.Load(),
-		BackendPID: f.pid.Load(),
-		Lag:        time.Duration(f.lag.Load()),
-		LastError:  lastErr,
+		State:          State(f.state.Load()),
+		Applied:        f.applied.Load(),
+		Skipped:        f.skipped.Load(),
+		Resyncs:        f.resyncs.Load(),
+		Failures:       f.failures.Load(),
+		BackendPID:     f.pid.Load(),
+		Lag:            time.Duration(f.lag.Load()),
+		Heartbeats:     f.beats.Load(),
+		HeartbeatsLost: f.beatsLost.Load(),
+		LastError:      lastErr,
+	}
+	if ns := f.lastBeat.Load(); ns != 0 {
+		st.LastHeartbeat = time.Unix(0, ns)
 	}
 	if ns := f.lastApplied.Load(); ns != 0 {
 		st.LastApplied = time.Unix(0, ns)

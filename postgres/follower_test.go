@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"runtime"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/internal/tcpproxy"
 )
 
 // replica is one simulated process: its own pool, Loader and Follower.
@@ -34,6 +36,13 @@ func parseID(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }
 
 // startReplica starts a replica and waits until its follower follows.
 func startReplica(t *testing.T, dsn, id string) *replica {
+	t.Helper()
+	return startReplicaVia(t, dsn, dsn, id)
+}
+
+// startReplicaVia is startReplica with the follower connecting to
+// followDSN (through a proxy, say) and the given follower options.
+func startReplicaVia(t *testing.T, dsn, followDSN, id string, opts ...FollowerOption) *replica {
 	t.Helper()
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, dsn)
@@ -55,7 +64,8 @@ func startReplica(t *testing.T, dsn, id string) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := NewFollower(l, dsn, "users", "id", parseID, WithOrigin(id), WithBackoff(20*time.Millisecond))
+	opts = append([]FollowerOption{WithOrigin(id), WithBackoff(20 * time.Millisecond)}, opts...)
+	f, err := NewFollower(l, followDSN, "users", "id", parseID, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,4 +438,125 @@ func TestFollowerBehindPassesThrough(t *testing.T) {
 		t.Fatalf("Get(11) while behind = %v", err)
 	}
 	t.Logf("lag of the late notification: %v", f.Stats().Lag)
+}
+
+// viaProxy returns a proxy in front of the server of dsn and dsn rewritten
+// to go through it.
+func viaProxy(t *testing.T, dsn string) (*tcpproxy.Proxy, string) {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := tcpproxy.Start(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	u.Host = p.Addr()
+	return p, u.String()
+}
+
+// TestFollowerBlackhole puts replica A's follower behind a proxy that
+// stops forwarding bytes without closing anything, as a NAT that dropped
+// the connection's state would. A must notice through its heartbeat and
+// pass lookups through within the heartbeat deadline (plus one wait),
+// rows committed on replica B during the blackout must read as present on
+// A from then on, and once the proxy forwards again A must resync and
+// follow.
+func TestFollowerBlackhole(t *testing.T) {
+	ctx := context.Background()
+	dsn := setupUsers(t, 100)
+	p, viaDSN := viaProxy(t, dsn)
+	const heartbeat = 100 * time.Millisecond
+	a := startReplicaVia(t, dsn, viaDSN, "A", WithHeartbeat(heartbeat))
+	b := startReplica(t, dsn, "B")
+	deadline := 3 * heartbeat
+	p.Stall()
+	stalled := time.Now()
+	var ids []int64
+	for i := range 20 {
+		id := int64(5000 + i)
+		if err := b.insert(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	for a.loader.Ready() {
+		if time.Since(stalled) > 10*deadline {
+			t.Fatalf("A still ready %v after the blackout began: %+v", time.Since(stalled), a.follower.Stats())
+		}
+		runtime.Gosched()
+	}
+	passThrough := time.Since(stalled)
+	t.Logf("blackout to pass-through: %v (heartbeat %v, deadline %v); A: %+v", passThrough, heartbeat, deadline, a.follower.Stats())
+	if passThrough > deadline+2*heartbeat {
+		t.Errorf("pass-through %v after the blackout, want within the deadline %v and one heartbeat wait", passThrough, deadline)
+	}
+	check := func(when string) {
+		t.Helper()
+		for _, id := range ids {
+			if _, err := a.loader.Get(ctx, id); err != nil {
+				t.Fatalf("%s: A.Get(%d) of a row committed on B = %v", when, id, err)
+			}
+		}
+	}
+	check("during the blackout")
+	p.Resume()
+	resumed := time.Now()
+	a.waitFollowing(t)
+	t.Logf("resume to following: %v; A: %+v", time.Since(resumed), a.follower.Stats())
+	check("after the blackout")
+	for i := range 5 {
+		id := int64(6000 + i)
+		if err := b.insert(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	converge(t, []*replica{a, b}, func() []int64 {
+		live := slices.Clone(ids)
+		for id := range int64(100) {
+			live = append(live, id+1) // seeded
+		}
+		return live
+	})
+	if st := a.follower.Stats(); st.HeartbeatsLost == 0 || st.Resyncs < 2 {
+		t.Fatalf("A did not lose its heartbeat and resync: %+v", st)
+	}
+}
+
+// TestFollowerCannotListen points a follower at a connection that accepts
+// LISTEN and delivers nothing (a proxy that drops notification messages,
+// as a PgBouncer in transaction pooling mode does): Run must fail with
+// ErrNoNotifications within the heartbeat deadline instead of leaving the
+// Loader passing through for good.
+func TestFollowerCannotListen(t *testing.T) {
+	dsn := setupUsers(t, 10)
+	p, viaDSN := viaProxy(t, dsn)
+	p.DropPostgresMessages('A') // NotificationResponse
+	g, err := guard.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := guard.NewLoader(g, func(context.Context, int64) (string, error) { return "", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	f, err := NewFollower(l, viaDSN, "users", "id", parseID, WithHeartbeat(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	err = f.Run(ctx)
+	t.Logf("Run = %v after %v", err, time.Since(start))
+	if !errors.Is(err, ErrNoNotifications) {
+		t.Fatalf("Run through a connection that delivers no notifications = %v, want ErrNoNotifications", err)
+	}
+	if l.Ready() {
+		t.Fatal("the Loader is ready though its follower never received anything")
+	}
 }

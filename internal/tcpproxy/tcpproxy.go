@@ -5,6 +5,8 @@
 package tcpproxy
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -20,6 +22,7 @@ type Proxy struct {
 	mu      sync.Mutex // protects the fields below
 	target  string
 	delay   time.Duration
+	drop    []byte // PostgreSQL message types dropped from the target's replies
 	stalled bool
 	resume  chan struct{} // closed when forwarding resumes
 	conns   map[net.Conn]struct{}
@@ -56,6 +59,18 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 func (p *Proxy) SetDelay(d time.Duration) {
 	p.mu.Lock()
 	p.delay = d
+	p.mu.Unlock()
+}
+
+// DropPostgresMessages makes the proxy parse what the target sends as
+// PostgreSQL protocol messages (type byte, 4-byte length) and drop those
+// of the given types, for connections opened from then on: with 'A'
+// (NotificationResponse) it is a connection that accepts LISTEN and
+// delivers nothing, as a PgBouncer in transaction pooling mode is. The
+// clients must not ask for TLS.
+func (p *Proxy) DropPostgresMessages(types ...byte) {
+	p.mu.Lock()
+	p.drop = append([]byte(nil), types...)
 	p.mu.Unlock()
 }
 
@@ -125,9 +140,12 @@ func (p *Proxy) accept() {
 		if !p.track(c, t) {
 			return
 		}
+		p.mu.Lock()
+		drop := p.drop
+		p.mu.Unlock()
 		p.wg.Add(2)
-		go p.forward(t, c, false) // client → target
-		go p.forward(c, t, true)  // target → client, delayed
+		go p.forward(t, c, false, nil) // client → target
+		go p.forward(c, t, true, drop) // target → client, delayed, filtered
 	}
 }
 
@@ -154,8 +172,9 @@ type chunk struct {
 }
 
 // forward copies src to dst, delayed if delayed and the proxy has a delay,
-// and holding bytes while stalled. It closes both when either side ends.
-func (p *Proxy) forward(dst, src net.Conn, delayed bool) {
+// holding bytes while stalled and dropping PostgreSQL messages of the
+// types in drop. It closes both when either side ends.
+func (p *Proxy) forward(dst, src net.Conn, delayed bool, drop []byte) {
 	defer p.wg.Done()
 	ch := make(chan chunk, 64)
 	done := make(chan struct{})
@@ -179,10 +198,15 @@ func (p *Proxy) forward(dst, src net.Conn, delayed bool) {
 		}
 	}()
 	buf := make([]byte, 32<<10)
+	var pending []byte // an incomplete message, when filtering
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			ch <- chunk{b: append([]byte(nil), buf[:n]...), at: time.Now()}
+			b := append([]byte(nil), buf[:n]...)
+			if len(drop) > 0 {
+				b, pending = filterMessages(append(pending, b...), drop)
+			}
+			ch <- chunk{b: b, at: time.Now()}
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
@@ -199,4 +223,20 @@ func (p *Proxy) forward(dst, src net.Conn, delayed bool) {
 	delete(p.conns, dst)
 	delete(p.conns, src)
 	p.mu.Unlock()
+}
+
+// filterMessages returns the complete PostgreSQL messages at the start of b
+// whose type is not in drop, and the incomplete rest of b.
+func filterMessages(b, drop []byte) (kept, rest []byte) {
+	for len(b) >= 5 {
+		n := 1 + int(binary.BigEndian.Uint32(b[1:5]))
+		if len(b) < n {
+			break
+		}
+		if !bytes.Contains(drop, b[:1]) {
+			kept = append(kept, b[:n]...)
+		}
+		b = b[n:]
+	}
+	return kept, append([]byte(nil), b...)
 }
