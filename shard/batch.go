@@ -1,5 +1,7 @@
 package shard
 
+import "runtime"
+
 // A lookup in a large table waits for memory twice, once per bucket, and
 // a loop of lookups waits once per lookup: each one's work keeps the CPU
 // from running far enough ahead to start the next one's loads. A batch
@@ -17,11 +19,6 @@ package shard
 // ran at 52-57: the first pass must stay short for the loads to overlap.
 const BatchGroup = 32
 
-// touched keeps the loads of the first pass alive; the compiler does not
-// drop atomic loads, and the store of their sum costs one instruction per
-// group.
-var touched uint64
-
 // ContainsMany sets out[i] to whether the item with fingerprint fs[i] and
 // position vs[i] might be in shards[i], as [Shard.Contains] would, for
 // every i < len(shards). fs, vs and out must be at least as long as
@@ -37,7 +34,10 @@ func ContainsMany(shards []*Shard, fs []uint8, vs []uint64, out []bool) {
 			v := vs[i]
 			x ^= t.load(v>>(t.sh&63)) ^ t.load((v^alt(fs[i]))>>(t.sh&63))
 		}
-		touched = x
+		// Keep the loads' sum alive, so that no compiler drops them. It
+		// used to be stored to a package variable: a data race between
+		// concurrent batches, and a cache line that every core wrote.
+		runtime.KeepAlive(x)
 		for i := base; i < end; i++ {
 			out[i] = shards[i].Contains(fs[i], vs[i])
 		}
