@@ -102,8 +102,8 @@ type Loader[K comparable, V any] struct {
 
 	insertN atomic.Uint64 // inserts, to check the FPR every 4096
 
-	storeCalls, avoided, falsePos, negHits, passed *xsync.Counter
-	rebuilds, rebuildErrs, batchCalls              *xsync.Counter
+	storeCalls, avoided, falsePos, negHits, passed, letThrough *xsync.Counter
+	rebuilds, rebuildErrs, batchCalls                          *xsync.Counter
 }
 
 // view is one guard with the shards whose lookups must pass through.
@@ -183,7 +183,7 @@ func NewLoader[K comparable, V any](g *Guard, lookup func(ctx context.Context, k
 		lookup: lookup, batch: batch, codec: codec, source: source, cfg: c,
 		ctx: ctx, cancel: cancel,
 		storeCalls: xsync.NewCounter(), avoided: xsync.NewCounter(), falsePos: xsync.NewCounter(),
-		negHits: xsync.NewCounter(), passed: xsync.NewCounter(),
+		negHits: xsync.NewCounter(), passed: xsync.NewCounter(), letThrough: xsync.NewCounter(),
 		rebuilds: xsync.NewCounter(), rebuildErrs: xsync.NewCounter(), batchCalls: xsync.NewCounter(),
 	}
 	if c.negSize > 0 {
@@ -230,6 +230,7 @@ func (l *Loader[K, V]) MayContain(key K) bool {
 		l.avoided.Inc()
 		return false
 	}
+	l.letThrough.Inc()
 	return true
 }
 
@@ -271,6 +272,7 @@ func (l *Loader[K, V]) Get(ctx context.Context, key K) (V, error) {
 			l.negHits.Inc()
 			return zero, ErrNotFound
 		}
+		l.letThrough.Inc()
 	} else {
 		l.passed.Inc()
 	}
@@ -318,12 +320,15 @@ func (l *Loader[K, V]) Close() error {
 }
 
 // LoaderStats describes a Loader. Its counters are read one by one and do
-// not necessarily form a consistent snapshot.
+// not necessarily form a consistent snapshot. Every lookup (Get, a key of
+// GetMany, MayContain) counts once in exactly one of Avoided,
+// NegativeCacheHits, LetThrough and PassedThrough.
 type LoaderStats struct {
 	Ready             bool    // the guard answers ErrNotFound on its own
 	StoreCalls        uint64  // calls of the lookup function and of the batch lookup
 	BatchCalls        uint64  // calls of the batch lookup (WithBatchLookup)
 	Avoided           uint64  // lookups answered ErrNotFound without the store
+	LetThrough        uint64  // lookups the guard let through to the store: the key may exist
 	FalsePositives    uint64  // store "not found" for keys the guard let through
 	ObservedFPR       float64 // FalsePositives / (FalsePositives + Avoided)
 	NegativeCacheHits uint64  // ErrNotFound from the negative cache
@@ -343,6 +348,7 @@ func (l *Loader[K, V]) Stats() LoaderStats {
 		StoreCalls:        uint64(l.storeCalls.Value()),
 		BatchCalls:        uint64(l.batchCalls.Value()),
 		Avoided:           uint64(l.avoided.Value()),
+		LetThrough:        uint64(l.letThrough.Value()),
 		FalsePositives:    uint64(l.falsePos.Value()),
 		NegativeCacheHits: uint64(l.negHits.Value()),
 		PassedThrough:     uint64(l.passed.Value()),

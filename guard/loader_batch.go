@@ -63,6 +63,7 @@ func (l *Loader[K, V]) GetMany(ctx context.Context, keys []K) (vals []V, errs []
 				errs[i], first[k] = ErrNotFound, -1
 				continue
 			}
+			l.letThrough.Inc()
 		} else {
 			l.passed.Inc()
 		}

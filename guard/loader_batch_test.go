@@ -66,6 +66,9 @@ func TestLoaderGetMany(t *testing.T) {
 		t.Fatalf("%d batch calls asking %d keys and %d single calls for 500 present and 500 absent ids (%d false positives)",
 			s.batches.Load(), s.asked.Load(), s.calls.Load(), st.FalsePositives)
 	}
+	if st.LetThrough != 500+st.FalsePositives { // the repeats count once
+		t.Fatalf("GetMany let %d distinct keys through, want %d", st.LetThrough, 500+st.FalsePositives)
+	}
 
 	t.Run("batch error", func(t *testing.T) {
 		boom := errors.New("boom")

@@ -129,6 +129,10 @@ func TestLoaderWarmUpAndShortCircuit(t *testing.T) {
 	if st.ObservedFPR > 0.01 {
 		t.Fatalf("observed FPR %v", st.ObservedFPR)
 	}
+	if st.LetThrough != 1000+st.FalsePositives || st.PassedThrough != 1 || st.NegativeCacheHits != 0 { // one Get before Fill
+		t.Fatalf("lookups let through %d, passed through %d, negative cache %d; want %d, 1, 0",
+			st.LetThrough, st.PassedThrough, st.NegativeCacheHits, 1000+st.FalsePositives)
+	}
 }
 
 // TestLoaderCoalescesAndHonoursContext checks that concurrent Gets of one

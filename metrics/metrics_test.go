@@ -1,0 +1,260 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+
+	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/metrics"
+	"github.com/cuckooguard/cuckooguard/metrics/internal/metricstest"
+	"github.com/cuckooguard/cuckooguard/middleware"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type sample = metricstest.Sample
+
+func gauge(v float64) sample   { return sample{Type: metricstest.Gauge, Value: v} }
+func counter(v float64) sample { return sample{Type: metricstest.Counter, Value: v} }
+
+func guardSamples(ns string, st guard.Stats) map[string]sample {
+	p := ns + "_guard_"
+	return map[string]sample{
+		p + "items":                           gauge(float64(st.Items)),
+		p + "slots":                           gauge(float64(st.Slots)),
+		p + "occupied_slots":                  gauge(float64(st.Copies)),
+		p + "void_slots":                      gauge(float64(st.VoidCopies)),
+		p + "load_factor":                     gauge(st.LoadFactor),
+		p + "estimated_false_positive_ratio":  gauge(st.EstimatedFPR),
+		p + "memory_bytes":                    gauge(float64(st.Bytes)),
+		p + "shards":                          gauge(float64(st.Shards)),
+		p + "saturated_shards":                gauge(float64(st.SaturatedShards)),
+		p + "adds_total":                      counter(float64(st.Adds)),
+		p + "removes_total":                   counter(float64(st.Removes)),
+		p + `add_errors_total{reason="full"}`: counter(float64(st.AddFailures)),
+		p + `add_errors_total{reason="too_many_copies"}`: counter(float64(st.DuplicatesRefused)),
+		p + "read_retries_total":                         counter(float64(st.ReadRetries)),
+		p + "doublings_total":                            counter(float64(st.Doublings)),
+		p + "migrations_in_flight":                       gauge(float64(st.MigrationsInFlight)),
+		p + "migrations_queued":                          gauge(float64(st.MigrationsQueued)),
+		p + "migrations_refused_total":                   counter(float64(st.MigrationsRefused)),
+		p + "migration_seconds_total":                    counter(st.TimeMigrating.Seconds()),
+	}
+}
+
+// newGuard returns a guard that has doubled, refused a key's fifth copy,
+// and removed a key, so that most of its counters are not zero.
+func newGuard(t *testing.T) *guard.Guard {
+	t.Helper()
+	g, err := guard.New(guard.WithCapacity(1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	for i := range 5000 {
+		if err := g.AddString("k" + strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 4 {
+		g.AddString("again")
+	}
+	if err := g.AddString("again"); !errors.Is(err, guard.ErrTooManyCopies) {
+		t.Fatalf("fifth copy: %v", err)
+	}
+	g.RemoveString("k1")
+	settle(t, g)
+	return g
+}
+
+// settle waits until g has no doubling queued or running, so that its
+// statistics stay put between a scrape and the Stats the test compares
+// it with.
+func settle(t *testing.T, g *guard.Guard) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for st := g.Stats(); st.MigrationsInFlight > 0 || st.MigrationsQueued > 0; st = g.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("doublings still running after 10 s: %+v", st)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestGuardCollector(t *testing.T) {
+	g := newGuard(t)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics.NewGuardCollector(g))
+	got := metricstest.Gather(t, reg)
+	st := g.Stats()
+	if st.Doublings == 0 || st.DuplicatesRefused != 1 || st.Removes != 1 {
+		t.Fatalf("the guard did not double, refuse and remove: %+v", st)
+	}
+	metricstest.Compare(t, got, guardSamples("cuckooguard", st))
+	metricstest.Lint(t, reg)
+}
+
+func TestLoaderCollector(t *testing.T) {
+	ctx := context.Background()
+	rows := map[int]string{}
+	for i := range 1000 {
+		rows[2*i] = "row"
+	}
+	lookup := func(_ context.Context, id int) (string, error) {
+		if v, ok := rows[id]; ok {
+			return v, nil
+		}
+		return "", guard.ErrNotFound
+	}
+	g, err := guard.New(guard.WithCapacity(1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := guard.NewLoader(g, lookup, guard.WithNegativeCache(1000, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	l.Get(ctx, 1) // passed through: not ready yet
+	if err := l.Fill(ctx, func(yield func(int, error) bool) {
+		for id := range rows {
+			if !yield(id, nil) {
+				return
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Odd ids are absent: about 1 in 8000 is a false positive, so 100,000
+	// lookups see some (the chance of none is e^-12). The second round
+	// finds those in the negative cache.
+	const n = 200_000
+	for range 2 {
+		for i := range n {
+			l.Get(ctx, i)
+		}
+	}
+
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics.NewLoaderCollector(l, metrics.WithNamespace("app"), metrics.WithConstLabels(prometheus.Labels{"table": "users"})))
+	got := metricstest.Gather(t, reg)
+	st := l.Stats()
+	if st.Avoided == 0 || st.LetThrough == 0 || st.PassedThrough != 1 || st.NegativeCacheHits == 0 || st.FalsePositives == 0 {
+		t.Fatalf("want every kind of lookup: %+v", st)
+	}
+	want := guardSamples("app", st.Guard)
+	for k, v := range map[string]sample{
+		"app_loader_ready":                                  gauge(1),
+		`app_loader_lookups_total{result="avoided"}`:        counter(float64(st.Avoided)),
+		`app_loader_lookups_total{result="negative_cache"}`: counter(float64(st.NegativeCacheHits)),
+		`app_loader_lookups_total{result="let_through"}`:    counter(float64(st.LetThrough)),
+		`app_loader_lookups_total{result="passed_through"}`: counter(1),
+		"app_loader_false_positives_total":                  counter(float64(st.FalsePositives)),
+		"app_loader_store_calls_total":                      counter(float64(st.StoreCalls)),
+		"app_loader_store_batch_calls_total":                counter(0),
+		"app_loader_pass_through_shards":                    gauge(0),
+		"app_loader_rebuilding":                             gauge(0),
+		`app_loader_rebuilds_total{result="ok"}`:            counter(float64(st.Rebuilds)),
+		`app_loader_rebuilds_total{result="error"}`:         counter(float64(st.RebuildErrors)),
+	} {
+		want[k] = v
+	}
+	// Every sample carries the constant label, sorted after "reason" and
+	// "result".
+	labelled := make(map[string]sample, len(want))
+	for k, v := range want {
+		if strings.HasSuffix(k, "}") {
+			k = k[:len(k)-1] + `,table="users"}`
+		} else {
+			k += `{table="users"}`
+		}
+		labelled[k] = v
+	}
+	want = labelled
+	metricstest.Compare(t, got, want)
+	metricstest.Lint(t, reg)
+	if total := st.Avoided + st.NegativeCacheHits + st.LetThrough + st.PassedThrough; total != 2*n+1 {
+		t.Errorf("lookups by result add up to %d, want the %d Gets made", total, 2*n+1)
+	}
+}
+
+func TestMiddlewareCollector(t *testing.T) {
+	g := newGuard(t)
+	mw, err := middleware.New(middleware.GuardFilter(g), middleware.PathValue("id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/users/{id}", mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.PathValue("id") == "k2" {
+			fmt.Fprintln(w, "ok")
+			return
+		}
+		http.NotFound(w, r) // k3 is in the guard but not in the store: a false positive
+	})))
+	mux.Handle("/users/", mw.Wrap(http.NotFoundHandler())) // no {id}: missing key
+	for _, r := range []string{
+		"GET /users/k2", "GET /users/k3", // passed
+		"GET /users/nope", "GET /users/nope2", "GET /users/nope3", // rejected
+		"GET /users/",                                                            // missing key
+		"POST /users/k2", "POST /users/k2", "POST /users/k2", "POST /users/nope", // unfiltered
+	} {
+		method, path, _ := strings.Cut(r, " ")
+		mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(method, path, nil))
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics.NewMiddlewareCollector(mw))
+	got := metricstest.Gather(t, reg)
+	st := mw.Stats()
+	// Distinct counts, so that a sample that reads the wrong field fails.
+	if st.Rejected != 3 || st.Passed != 2 || st.MissingKey != 1 || st.Unfiltered != 4 || st.FalsePositives != 1 {
+		t.Fatalf("middleware stats %+v, want 3 rejected, 2 passed, 1 missing key, 4 unfiltered, 1 false positive", st)
+	}
+	metricstest.Compare(t, got, map[string]sample{
+		`cuckooguard_http_requests_total{result="rejected"}`:    counter(3),
+		`cuckooguard_http_requests_total{result="passed"}`:      counter(2),
+		`cuckooguard_http_requests_total{result="missing_key"}`: counter(1),
+		`cuckooguard_http_requests_total{result="unfiltered"}`:  counter(4),
+		"cuckooguard_http_false_positives_total":                counter(1),
+	})
+	metricstest.Lint(t, reg)
+}
+
+// TestCollectorsTogether registers a guard's, a Loader's and a
+// middleware's collectors with one registry, told apart by a label; the
+// registry refuses collectors whose metrics clash.
+func TestCollectorsTogether(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	g1, g2 := newGuard(t), newGuard(t)
+	reg.MustRegister(metrics.NewGuardCollector(g1, metrics.WithConstLabels(prometheus.Labels{"guard": "a"})))
+	reg.MustRegister(metrics.NewGuardCollector(g2, metrics.WithConstLabels(prometheus.Labels{"guard": "b"})))
+	if err := reg.Register(metrics.NewGuardCollector(g2, metrics.WithConstLabels(prometheus.Labels{"guard": "b"}))); err == nil {
+		t.Fatal("a second collector with the same metrics and labels was accepted")
+	}
+	got := metricstest.Gather(t, reg)
+	names := slices.Sorted(func(yield func(string) bool) {
+		for k := range got {
+			if strings.HasPrefix(k, "cuckooguard_guard_items") && !yield(k) {
+				return
+			}
+		}
+	})
+	if want := []string{`cuckooguard_guard_items{guard="a"}`, `cuckooguard_guard_items{guard="b"}`}; !slices.Equal(names, want) {
+		t.Fatalf("items samples %q, want %q", names, want)
+	}
+	if n := testutil.CollectAndCount(metrics.NewGuardCollector(g1)); n != len(guardSamples("", guard.Stats{})) {
+		t.Fatalf("a guard collector gives %d samples, want %d", n, len(guardSamples("", guard.Stats{})))
+	}
+}

@@ -1,0 +1,81 @@
+// Package pgmetrics exports the statistics of a postgres.Follower as
+// Prometheus metrics. It is apart from package metrics so that services
+// without PostgreSQL do not build its driver.
+//
+// The metrics, with the default namespace "cuckooguard":
+//
+//	cuckooguard_follower_state{state}                      gauge    1 for the current state, 0 for the others:
+//	                                                                "following", "behind", "resyncing", "pass-through"
+//	cuckooguard_follower_lag_seconds                       gauge    heartbeat round trip, or the age of the oldest one out
+//	cuckooguard_follower_notifications_total{result}       counter  "applied", or "skipped" (own inserts, seen by the read)
+//	cuckooguard_follower_resyncs_total                     counter  reads of the whole table
+//	cuckooguard_follower_session_failures_total            counter  sessions that ended in an error
+//	cuckooguard_follower_heartbeats_total                  counter  heartbeats sent
+//	cuckooguard_follower_heartbeats_lost_total             counter  sessions given up: nothing came back within the deadline
+//	cuckooguard_follower_last_heartbeat_timestamp_seconds  gauge    when the last heartbeat came back (0: never)
+//	cuckooguard_follower_last_applied_timestamp_seconds    gauge    when the last notification was applied (0: never)
+package pgmetrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cuckooguard/cuckooguard/metrics"
+	"github.com/cuckooguard/cuckooguard/metrics/internal/collect"
+	"github.com/cuckooguard/cuckooguard/postgres"
+)
+
+// FollowerStatser is what [NewFollowerCollector] watches: any
+// *postgres.Follower.
+type FollowerStatser interface{ Stats() postgres.FollowerStats }
+
+// States lists the values of the state label, in the order of
+// postgres.State.
+var States = []postgres.State{postgres.PassThrough, postgres.Resyncing, postgres.Following, postgres.Behind}
+
+// NewFollowerCollector returns a collector of the cuckooguard_follower_*
+// metrics of f. Register the collector of the follower's Loader
+// ([metrics.NewLoaderCollector]) next to it.
+func NewFollowerCollector(f FollowerStatser, opts ...metrics.Option) prometheus.Collector {
+	c := collect.New(metrics.Config(opts), f.Stats)
+	const sub = "follower"
+	type S = postgres.FollowerStats
+	state := collect.Metric{Subsystem: sub, Name: "state", Type: prometheus.GaugeValue, Labels: []string{"state"},
+		Help: `1 for the follower's current state, 0 for the others. Lookups pass through in every state but "following".`}
+	for _, st := range States {
+		c.Add(state, func(s *S) float64 { return collect.Bool(s.State == st) }, st.String())
+	}
+	notifications := collect.Metric{Subsystem: sub, Name: "notifications_total", Type: prometheus.CounterValue, Labels: []string{"result"},
+		Help: `Change notifications by result: "applied", or "skipped" (this process's own inserts, or changes the last read already saw).`}
+	timestamp := func(t time.Time) float64 {
+		if t.IsZero() {
+			return 0
+		}
+		return float64(t.Unix()) + float64(t.Nanosecond())/1e9
+	}
+	c.Add(collect.Metric{Subsystem: sub, Name: "lag_seconds", Type: prometheus.GaugeValue,
+		Help: "Round trip of the last heartbeat through the database, or the age of the oldest heartbeat not back yet if larger."},
+		func(s *S) float64 { return s.Lag.Seconds() }).
+		Add(notifications, func(s *S) float64 { return float64(s.Applied) }, "applied").
+		Add(notifications, func(s *S) float64 { return float64(s.Skipped) }, "skipped").
+		Add(collect.Metric{Subsystem: sub, Name: "resyncs_total", Type: prometheus.CounterValue,
+			Help: "Completed reads of the whole table into a fresh guard."},
+			func(s *S) float64 { return float64(s.Resyncs) }).
+		Add(collect.Metric{Subsystem: sub, Name: "session_failures_total", Type: prometheus.CounterValue,
+			Help: "Follower sessions that ended in an error (connection lost, heartbeat lost, queue overflow)."},
+			func(s *S) float64 { return float64(s.Failures) }).
+		Add(collect.Metric{Subsystem: sub, Name: "heartbeats_total", Type: prometheus.CounterValue,
+			Help: "Heartbeats sent through the database."},
+			func(s *S) float64 { return float64(s.Heartbeats) }).
+		Add(collect.Metric{Subsystem: sub, Name: "heartbeats_lost_total", Type: prometheus.CounterValue,
+			Help: "Sessions given up because nothing came back on the LISTEN connection within the heartbeat deadline."},
+			func(s *S) float64 { return float64(s.HeartbeatsLost) }).
+		Add(collect.Metric{Subsystem: sub, Name: "last_heartbeat_timestamp_seconds", Type: prometheus.GaugeValue,
+			Help: "Unix time at which the last heartbeat came back; 0 if none has."},
+			func(s *S) float64 { return timestamp(s.LastHeartbeat) }).
+		Add(collect.Metric{Subsystem: sub, Name: "last_applied_timestamp_seconds", Type: prometheus.GaugeValue,
+			Help: "Unix time at which the last notification was applied; 0 if none has been."},
+			func(s *S) float64 { return timestamp(s.LastApplied) })
+	return c
+}
