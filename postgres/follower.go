@@ -76,7 +76,7 @@ var ErrNoNotifications = errors.New("postgres: follower: no notifications arrive
 // any. A Loader follows one Follower at a time.
 type Follower[K comparable, V any] struct {
 	loader    *guard.Loader[K, V]
-	dsn       string
+	conf      *pgx.ConnConfig // parsed dsn; each connection copies it
 	table     string
 	key       string
 	parse     func(string) (K, error)
@@ -187,10 +187,11 @@ func NewFollower[K comparable, V any](loader *guard.Loader[K, V], dsn, table, ke
 		return nil, fmt.Errorf("postgres: backoff %v, max lag %v and heartbeat %v must be positive, and the heartbeat deadline %v longer than the heartbeat",
 			c.backoff, c.maxLag, c.heartbeat, c.deadline)
 	}
-	if _, err := pgx.ParseConfig(dsn); err != nil {
+	conf, err := pgx.ParseConfig(dsn)
+	if err != nil {
 		return nil, fmt.Errorf("postgres: follower: %w", err)
 	}
-	return &Follower[K, V]{loader: loader, dsn: dsn, table: table, key: keyColumn, parse: parse,
+	return &Follower[K, V]{loader: loader, conf: conf, table: table, key: keyColumn, parse: parse,
 		origin: c.origin, backoff: c.backoff, maxLag: c.maxLag, heartbeat: c.heartbeat, deadline: c.deadline,
 		resyncReq: make(chan struct{}, 1)}, nil
 }
@@ -200,7 +201,13 @@ func NewFollower[K comparable, V any](loader *guard.Loader[K, V], dsn, table, ke
 // every lookup through, and when Run returns the Loader is invalid again
 // (it cannot know what it misses without the feed). Run returns an error at
 // once if the Loader has another change feed, such as a Follower whose Run
-// has not returned.
+// has not returned, and after its first session if that session finds a
+// setup that cannot work: [ErrNotInstalled] (no trigger of [Install] on the
+// table) or [ErrNoNotifications] (the connection cannot LISTEN).
+//
+// The Follower's two connections show in pg_stat_activity with the
+// application_name "cuckooguard follower listen" and "cuckooguard
+// follower read", followed by the origin, unless the DSN sets one.
 func (f *Follower[K, V]) Run(ctx context.Context) error {
 	detach, err := f.loader.AttachFeed(f.requestResync)
 	if err != nil {
@@ -224,9 +231,11 @@ func (f *Follower[K, V]) Run(ctx context.Context) error {
 		f.mu.Lock()
 		f.lastErr = err
 		f.mu.Unlock()
-		if first && errors.Is(err, ErrNoNotifications) {
-			// A connection that cannot LISTEN will not start to: say so
-			// rather than leave the Loader passing through for good.
+		if first && (errors.Is(err, ErrNoNotifications) || errors.Is(err, ErrNotInstalled)) {
+			// A connection that cannot LISTEN will not start to, nor
+			// will a missing trigger appear: say so rather than leave
+			// the Loader passing through for good. Later sessions retry:
+			// a trigger dropped while running may come back.
 			return err
 		}
 		t := time.NewTimer(delay/2 + rand.N(delay))
@@ -270,7 +279,7 @@ func (f *Follower[K, V]) session(ctx context.Context) error {
 
 // follow is one session: connect, LISTEN, resync, apply, with a heartbeat.
 func (f *Follower[K, V]) follow(ctx context.Context) error {
-	listen, err := f.connect(ctx)
+	listen, err := f.connect(ctx, "listen")
 	if err != nil {
 		return err
 	}
@@ -285,11 +294,16 @@ func (f *Follower[K, V]) follow(ctx context.Context) error {
 		return fmt.Errorf("postgres: follower listen: %w", err)
 	}
 	f.state.Store(int32(Resyncing))
-	sender, err := f.connect(ctx) // reads the table, then sends the heartbeats
+	sender, err := f.connect(ctx, "read") // reads the table, then sends the heartbeats
 	if err != nil {
 		return err
 	}
 	defer sender.Close(context.WithoutCancel(ctx))
+	// A table without the trigger sends nothing but our own heartbeats:
+	// it would look healthy and miss every change.
+	if err := checkInstalled(ctx, sender, f.table); err != nil {
+		return err
+	}
 	sn, session, err := f.resync(ctx, sender)
 	if err != nil {
 		return err
@@ -438,10 +452,19 @@ func (f *Follower[K, V]) checkLag(lag time.Duration) {
 
 // connect opens a connection, within the heartbeat deadline: a database
 // that does not answer is a failure like any other.
-func (f *Follower[K, V]) connect(ctx context.Context) (*pgx.Conn, error) {
+func (f *Follower[K, V]) connect(ctx context.Context, role string) (*pgx.Conn, error) {
 	cctx, cancel := context.WithTimeout(ctx, f.deadline)
 	defer cancel()
-	c, err := pgx.Connect(cctx, f.dsn)
+	conf := f.conf.Copy()
+	if conf.RuntimeParams["application_name"] == "" {
+		// What pg_stat_activity shows: which follower, which connection.
+		name := "cuckooguard follower " + role
+		if f.origin != "" {
+			name += " " + f.origin
+		}
+		conf.RuntimeParams["application_name"] = name // PostgreSQL truncates it to 63 bytes
+	}
+	c, err := pgx.ConnectConfig(cctx, conf)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: follower connect: %w", err)
 	}

@@ -560,3 +560,43 @@ func TestFollowerCannotListen(t *testing.T) {
 		t.Fatal("the Loader is ready though its follower never received anything")
 	}
 }
+
+// TestFollowerNotInstalled starts a follower on a table without the
+// trigger (Install forgotten, or run for another name): it would hear its
+// own heartbeats and nothing else, so Run must refuse with
+// ErrNotInstalled instead of following.
+func TestFollowerNotInstalled(t *testing.T) {
+	ctx := context.Background()
+	db, _ := pgConn(t)
+	if _, err := db.Exec(ctx, `CREATE TABLE users (id BIGINT PRIMARY KEY, name TEXT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	var schema string
+	if err := db.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	cfg := db.Config()
+	dsn := fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable&search_path=%s", cfg.User, cfg.Host, cfg.Port, cfg.Database, schema)
+	for _, table := range []string{"users", "nosuchtable"} {
+		g, err := guard.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := guard.NewLoader(g, func(context.Context, int64) (string, error) { return "", nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := NewFollower(l, dsn, table, "id", parseID, WithHeartbeat(100*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = f.Run(rctx)
+		cancel()
+		l.Close()
+		t.Logf("%s: Run = %v", table, err)
+		if !errors.Is(err, ErrNotInstalled) {
+			t.Fatalf("Run on %s without the trigger = %v, want ErrNotInstalled", table, err)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -34,16 +35,69 @@ func name(prefix, s string) string {
 // Install creates or replaces, in one transaction, the function and the
 // trigger that publish the changes of table's keyColumn on
 // Channel(table), and the sequence that numbers the notifications. table
-// may be schema-qualified ("app.users"). Running Install again is safe.
+// may be schema-qualified ("app.users"). Channels belong to a database,
+// not to a schema: give tables of one name in several schemas of one
+// database qualified, here and to [NewFollower] alike.
+//
+// Running Install again is safe, from any number of processes at once (a
+// rolling deploy that installs at start-up): installs take turns under an
+// advisory lock, and one that finds the trigger installed as it would
+// install it changes nothing, so it takes no lock on the table and does
+// not wait for the transactions that hold one. Otherwise replacing the
+// trigger locks the table against writes; Install gives up with an error
+// if it cannot get that lock within 10 seconds, rather than queue every
+// query on the table behind it.
 func Install(ctx context.Context, conn *pgx.Conn, table, keyColumn string) error {
 	tab := sanitizeTable(table)
 	key := pgx.Identifier{keyColumn}.Sanitize()
-	fn := pgx.Identifier{name("cuckooguard_notify_", strings.ReplaceAll(table, ".", "_"))}.Sanitize()
-	trg := pgx.Identifier{name("cuckooguard_", strings.ReplaceAll(table, ".", "_"))}.Sanitize()
-	ch := Channel(table)
+	fnName := name("cuckooguard_notify_", strings.ReplaceAll(table, ".", "_"))
+	fn := pgx.Identifier{fnName}.Sanitize()
+	trgName := name("cuckooguard_", strings.ReplaceAll(table, ".", "_"))
+	trg := pgx.Identifier{trgName}.Sanitize()
+	body := triggerBody(key, quoteLiteral(Channel(table)))
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: install: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	// One install at a time: concurrent CREATE OR REPLACE FUNCTIONs fail
+	// with "tuple concurrently updated".
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('cuckooguard install'))`); err != nil {
+		return fmt.Errorf("postgres: install: lock: %w", err)
+	}
+	var installed bool
+	err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
+		WHERE t.tgrelid = to_regclass($1) AND t.tgname = $2 AND p.proname = $3 AND p.prosrc = $4)`,
+		tab, trgName, fnName, body).Scan(&installed)
+	if err != nil {
+		return fmt.Errorf("postgres: install: %w", err)
+	}
+	if installed {
+		return nil // the rollback releases the advisory lock
+	}
 	stmts := []string{
+		`SET LOCAL lock_timeout = '10s'`,
 		`CREATE SEQUENCE IF NOT EXISTS cuckooguard_notify_seq`,
-		fmt.Sprintf(`CREATE OR REPLACE FUNCTION %[1]s() RETURNS trigger LANGUAGE plpgsql AS $cg$
+		fmt.Sprintf(`CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $cg$%s$cg$`, fn, body),
+		fmt.Sprintf(`DROP TRIGGER IF EXISTS %s ON %s`, trg, tab),
+		fmt.Sprintf(`CREATE TRIGGER %s AFTER INSERT OR DELETE OR UPDATE OF %s ON %s FOR EACH ROW EXECUTE FUNCTION %s()`, trg, key, tab, fn),
+	}
+	for _, s := range stmts {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			return fmt.Errorf("postgres: install trigger on %s: %w", table, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("postgres: install: %w", err)
+	}
+	return nil
+}
+
+// triggerBody is the PL/pgSQL source of the trigger function that
+// publishes the changes of the key column key (quoted) on the channel ch
+// (a quoted literal).
+func triggerBody(key, ch string) string {
+	return fmt.Sprintf(`
 DECLARE
 	p text;
 	origin text := coalesce(current_setting('cuckooguard.origin', true), '');
@@ -52,38 +106,45 @@ DECLARE
 		|| octet_length(origin) || ':' || origin || ' ';
 BEGIN
 	IF TG_OP = 'INSERT' THEN
-		p := 'I' || head || octet_length(NEW.%[2]s::text) || ':' || NEW.%[2]s::text;
+		p := 'I' || head || octet_length(NEW.%[1]s::text) || ':' || NEW.%[1]s::text;
 	ELSIF TG_OP = 'DELETE' THEN
-		p := 'D' || head || octet_length(OLD.%[2]s::text) || ':' || OLD.%[2]s::text;
+		p := 'D' || head || octet_length(OLD.%[1]s::text) || ':' || OLD.%[1]s::text;
 	ELSE
-		IF NEW.%[2]s IS NOT DISTINCT FROM OLD.%[2]s THEN
+		IF NEW.%[1]s IS NOT DISTINCT FROM OLD.%[1]s THEN
 			RETURN NULL;
 		END IF;
-		p := 'U' || head || octet_length(OLD.%[2]s::text) || ':' || OLD.%[2]s::text
-			|| ' ' || octet_length(NEW.%[2]s::text) || ':' || NEW.%[2]s::text;
+		p := 'U' || head || octet_length(OLD.%[1]s::text) || ':' || OLD.%[1]s::text
+			|| ' ' || octet_length(NEW.%[1]s::text) || ':' || NEW.%[1]s::text;
 	END IF;
-	IF octet_length(p) > %[3]d THEN
+	IF octet_length(p) > %[2]d THEN
 		p := 'R' || head || 'resync';
 	END IF;
-	PERFORM pg_notify(%[4]s, p);
+	PERFORM pg_notify(%[3]s, p);
 	RETURN NULL;
 END
-$cg$`, fn, key, maxPayload, quoteLiteral(ch)),
-		fmt.Sprintf(`DROP TRIGGER IF EXISTS %s ON %s`, trg, tab),
-		fmt.Sprintf(`CREATE TRIGGER %s AFTER INSERT OR DELETE OR UPDATE OF %s ON %s FOR EACH ROW EXECUTE FUNCTION %s()`, trg, key, tab, fn),
-	}
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("postgres: install: %w", err)
-	}
-	defer tx.Rollback(ctx)
-	for _, s := range stmts {
-		if _, err := tx.Exec(ctx, s); err != nil {
-			return fmt.Errorf("postgres: install trigger on %s: %w", table, err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("postgres: install: %w", err)
+`, key, maxPayload, ch)
+}
+
+// ErrNotInstalled is returned by [Follower.Run] when the table has no
+// enabled trigger of [Install] that publishes on the Follower's channel:
+// the Follower would hear nothing but its own heartbeats. Run Install
+// (with the same table name as the Follower's), or enable the trigger.
+var ErrNotInstalled = errors.New("no cuckooguard trigger publishes the table's changes on the follower's channel (run postgres.Install with the same table name)")
+
+// checkInstalled returns ErrNotInstalled unless table has an enabled
+// trigger whose function notifies Channel(table).
+func checkInstalled(ctx context.Context, conn *pgx.Conn, table string) error {
+	var exists, installed bool
+	err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, EXISTS (SELECT FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
+		WHERE t.tgrelid = to_regclass($1) AND t.tgenabled <> 'D' AND position($2 in p.prosrc) > 0)`,
+		sanitizeTable(table), "pg_notify("+quoteLiteral(Channel(table))+",").Scan(&exists, &installed)
+	switch {
+	case err != nil:
+		return fmt.Errorf("postgres: follower: look for the trigger: %w", err)
+	case !exists:
+		return fmt.Errorf("postgres: follower: table %s not found (search_path?): %w", table, ErrNotInstalled)
+	case !installed:
+		return fmt.Errorf("postgres: follower: table %s: %w", table, ErrNotInstalled)
 	}
 	return nil
 }

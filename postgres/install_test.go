@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -124,6 +125,60 @@ func TestInstallPublishesChanges(t *testing.T) {
 		}
 		seq = c.Seq
 	}
+}
+
+// TestInstallConcurrentAndIdle runs Install from several connections at
+// once on a fresh table (a rolling deploy: every replica installs at
+// start-up), then again while a transaction holds a write lock on the
+// table: the concurrent installs must all succeed (CREATE OR REPLACE
+// FUNCTION races fail with "tuple concurrently updated" without the
+// advisory lock), and an install that finds the trigger in place must not
+// wait for the table's lock (DROP TRIGGER would).
+func TestInstallConcurrentAndIdle(t *testing.T) {
+	ctx := context.Background()
+	db, open := pgConn(t)
+	if _, err := db.Exec(ctx, `CREATE TABLE users (id BIGINT PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	conns := make([]*pgx.Conn, 8)
+	for i := range conns {
+		conns[i] = open()
+	}
+	errs := make([]error, len(conns))
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Go(func() { errs[i] = Install(ctx, c, "users", "id") })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent Install %d: %v", i, err)
+		}
+	}
+	var triggers int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM pg_trigger WHERE tgrelid = 'users'::regclass AND NOT tgisinternal`).Scan(&triggers); err != nil {
+		t.Fatal(err)
+	}
+	if triggers != 1 {
+		t.Fatalf("%d triggers on users after 8 concurrent installs, want 1", triggers)
+	}
+
+	writer := open()
+	tx, err := writer.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `INSERT INTO users VALUES (1)`); err != nil { // holds ROW EXCLUSIVE on users
+		t.Fatal(err)
+	}
+	ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := Install(ictx, db, "users", "id"); err != nil {
+		t.Fatalf("Install of an installed trigger while a write is open: %v after %v", err, time.Since(start))
+	}
+	t.Logf("re-install next to an open write: %v", time.Since(start))
 }
 
 // TestSnapshotDeduplicatesWarmUp checks the rule a follower relies on: a
