@@ -11,70 +11,139 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/cuckooguard/cuckooguard/examples/userdb"
 	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/metrics"
+	"github.com/cuckooguard/cuckooguard/metrics/pgmetrics"
 	"github.com/cuckooguard/cuckooguard/middleware"
+	"github.com/cuckooguard/cuckooguard/postgres"
 )
 
 // app is the users service: a database, a Loader guarding its lookups and
-// the HTTP routes.
+// the HTTP routes. On PostgreSQL it is one replica among many: a Follower
+// keeps its guard in step with the rows the others write.
 type app struct {
-	db     *userdb.DB
-	loader *guard.Loader[int64, userdb.User]
-	mw     *middleware.Middleware[int64]
-	log    *slog.Logger
-	srv    *http.Server
-	filled chan struct{} // closed when the warm-up ends
+	db       *userdb.DB
+	loader   *guard.Loader[int64, userdb.User]
+	mw       *middleware.Middleware[int64]
+	follower *postgres.Follower[int64, userdb.User] // nil on SQLite
+	log      *slog.Logger
+	srv      *http.Server
+	filled   chan struct{} // closed when the warm-up (or the follower) ends
+	draining atomic.Bool   // shutting down: /readyz answers 503
 }
 
-// newApp opens dsn, seeds users 1..rows and builds the service. The guard
-// starts empty and passes every lookup through until warmUp has run.
-func newApp(ctx context.Context, dsn string, rows int64, log *slog.Logger) (*app, error) {
-	db, err := userdb.Open(ctx, dsn)
+// config is what the command line sets.
+type config struct {
+	DSN       string        // postgres:// URL or SQLite file path
+	Rows      int64         // users 1..Rows to seed
+	Origin    string        // this replica's origin tag (PostgreSQL); unique per process
+	Heartbeat time.Duration // the follower's heartbeat (PostgreSQL); 0 for the default
+}
+
+// newApp opens cfg.DSN, seeds users 1..cfg.Rows and builds the service.
+// The guard starts empty and passes every lookup through until warmUp has
+// filled it (SQLite) or the follower has read the table (PostgreSQL).
+func newApp(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error) {
+	var closers []func() error
+	defer func() {
+		if err != nil {
+			for _, c := range slices.Backward(closers) {
+				c()
+			}
+		}
+	}()
+	db, err := userdb.Open(ctx, cfg.DSN)
 	if err != nil {
 		return nil, err
 	}
+	closers = append(closers, db.Close)
 	if err := db.Migrate(ctx); err != nil {
-		db.Close()
 		return nil, err
 	}
 	start := time.Now()
-	if err := db.Seed(ctx, rows, nil); err != nil {
-		db.Close()
+	if err := db.Seed(ctx, cfg.Rows, nil); err != nil {
 		return nil, err
 	}
-	log.Info("database ready", "driver", db.Driver, "rows", rows, "took", time.Since(start).Round(time.Millisecond))
-	g, err := guard.New(guard.WithCapacity(int(max(rows, 1000))))
+	log.Info("database ready", "driver", db.Driver, "rows", cfg.Rows, "took", time.Since(start).Round(time.Millisecond))
+	replica := db.Driver == "pgx"
+	var table string
+	if replica {
+		// Notification channels belong to the database, not the schema:
+		// name the table with its schema, so that services with a users
+		// table in another schema of this database are not heard.
+		if table, err = installTrigger(ctx, cfg.DSN); err != nil {
+			return nil, err
+		}
+		// This replica's inserts are tagged so that its follower skips
+		// them: its Loader adds their ids before writing.
+		db.Origin = cfg.Origin
+	}
+	g, err := guard.New(guard.WithCapacity(int(max(cfg.Rows, 1000))))
 	if err != nil {
-		db.Close()
 		return nil, err
 	}
-	loader, err := guard.NewLoader(g, db.Lookup, guard.WithKeySource(db.IDs), guard.WithBatchLookup(db.LookupMany), guard.WithLogger(log))
+	closers = append(closers, g.Close)
+	opts := []guard.LoaderOption{guard.WithBatchLookup(db.LookupMany), guard.WithLogger(log)}
+	if !replica {
+		// On PostgreSQL the follower reads the table, under a snapshot
+		// that tells which changes the read saw.
+		opts = append(opts, guard.WithKeySource(db.IDs))
+	}
+	loader, err := guard.NewLoader(g, db.Lookup, opts...)
 	if err != nil {
-		g.Close()
-		db.Close()
 		return nil, err
 	}
-	mw, err := middleware.New(loader, middleware.Int64(middleware.PathValue("id")))
-	if err != nil {
-		loader.Close()
-		db.Close()
+	closers = append(closers, loader.Close)
+	a := &app{db: db, loader: loader, log: log, filled: make(chan struct{})}
+	if replica {
+		parse := func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }
+		fopts := []postgres.FollowerOption{postgres.WithOrigin(cfg.Origin)}
+		if cfg.Heartbeat > 0 {
+			fopts = append(fopts, postgres.WithHeartbeat(cfg.Heartbeat))
+		}
+		if a.follower, err = postgres.NewFollower(loader, cfg.DSN, table, "id", parse, fopts...); err != nil {
+			return nil, err
+		}
+	}
+	if a.mw, err = middleware.New(loader, middleware.Int64(middleware.PathValue("id"))); err != nil {
 		return nil, err
 	}
-	a := &app{db: db, loader: loader, mw: mw, log: log, filled: make(chan struct{})}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		metrics.NewLoaderCollector(loader),
+		metrics.NewMiddlewareCollector(a.mw),
+	)
+	if a.follower != nil {
+		reg.MustRegister(pgmetrics.NewFollowerCollector(a.follower))
+	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /users/{id}", mw.Wrap(http.HandlerFunc(a.getUser)))
+	mux.Handle("GET /users/{id}", a.mw.Wrap(http.HandlerFunc(a.getUser)))
 	// Many ids at once: not for the middleware, which filters one key per
 	// request; the handler's GetMany answers absent ids from the guard.
 	mux.HandleFunc("GET /users", a.getUsers)
 	mux.HandleFunc("POST /users", a.createUser)
 	mux.HandleFunc("DELETE /users/{id}", a.deleteUser)
 	mux.HandleFunc("GET /debug/vars", a.vars)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}))
+	mux.HandleFunc("GET /healthz", a.healthz)
+	mux.HandleFunc("GET /readyz", a.readyz)
 	a.srv = &http.Server{
 		Handler: problemRouter(mux),
 		// A slow or stuck client cannot hold a connection and its
@@ -91,14 +160,46 @@ func newApp(ctx context.Context, dsn string, rows int64, log *slog.Logger) (*app
 	return a, nil
 }
 
+// installTrigger installs the trigger that publishes the users table's
+// changes (safe from every replica at once) and returns the table's
+// schema-qualified name.
+func installTrigger(ctx context.Context, dsn string) (string, error) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return "", fmt.Errorf("install trigger: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var schema string
+	if err := conn.QueryRow(ctx, `SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = 'users'::regclass`).Scan(&schema); err != nil {
+		return "", fmt.Errorf("install trigger: find the users table: %w", err)
+	}
+	table := schema + ".users"
+	if err := postgres.Install(ctx, conn, table, "id"); err != nil {
+		return "", err
+	}
+	return table, nil
+}
+
 // maxBody is the largest request body the service reads.
 const maxBody = 1 << 16
 
-// warmUp fills the guard from SELECT id FROM users; until it returns the
-// guard passes every lookup to the database.
+// warmUp fills the guard from SELECT id FROM users, or on PostgreSQL runs
+// the follower until ctx ends; until the guard is filled it passes every
+// lookup to the database. It returns nil when ctx ends, and an error when
+// the guard cannot be filled (the service would pass every lookup through
+// for good: better to stop and say why).
 func (a *app) warmUp(ctx context.Context) error {
 	defer close(a.filled)
-	return a.loader.Fill(ctx, a.db.IDs(ctx))
+	var err error
+	if a.follower != nil {
+		err = a.follower.Run(ctx)
+	} else {
+		err = a.loader.Fill(ctx, a.db.IDs(ctx))
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
 
 // serve serves HTTP on ln until Shutdown.
@@ -111,12 +212,54 @@ func (a *app) serve(ln net.Listener) error {
 }
 
 // shutdown stops accepting requests, waits for those in flight, and closes
-// the guard and the database.
+// the guard and the database. Stop the follower (the warm-up's ctx) and
+// wait for filled first: it uses the Loader.
 func (a *app) shutdown(ctx context.Context) error {
+	a.draining.Store(true)
 	err := a.srv.Shutdown(ctx)
 	a.loader.Close()
 	a.db.Close()
 	return err
+}
+
+// healthz answers 200 while the process serves: a liveness probe. It does
+// not look at the database or the guard; restarting the process would not
+// fix either.
+func (a *app) healthz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, "ok\n")
+}
+
+// readiness is the body of /readyz.
+type readiness struct {
+	Ready    bool   `json:"ready"`
+	Guard    string `json:"guard"`              // "ready", or "passing through" (filling, resyncing, behind)
+	Follower string `json:"follower,omitempty"` // the follower's state, on PostgreSQL
+	Draining bool   `json:"draining,omitempty"` // shutting down
+}
+
+// readyz answers 200 when the guard answers on its own (filled, and on
+// PostgreSQL the follower is following), 503 otherwise and while shutting
+// down: a readiness probe. An instance that is not ready still answers
+// correctly, by asking the database about every id; the probe keeps such
+// instances out of rotation so that the database does not take their load.
+func (a *app) readyz(w http.ResponseWriter, r *http.Request) {
+	st := readiness{Ready: a.loader.Ready(), Guard: "ready", Draining: a.draining.Load()}
+	if !st.Ready {
+		st.Guard = "passing through"
+	}
+	if a.follower != nil {
+		fs := a.follower.Stats().State
+		st.Follower = fs.String()
+		st.Ready = st.Ready && fs == postgres.Following
+	}
+	st.Ready = st.Ready && !st.Draining
+	code := http.StatusOK
+	if !st.Ready {
+		code = http.StatusServiceUnavailable
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, code, st)
 }
 
 func (a *app) getUser(w http.ResponseWriter, r *http.Request) {

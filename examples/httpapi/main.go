@@ -8,13 +8,28 @@
 // Routes: GET /users/{id} (200 JSON or 404), GET /users?ids=1,2,3 (200
 // with {"users": […], "missing": […]}, one query for all the ids the guard
 // does not rule out), POST /users with
-// {"id": "42", "name": "Ada"} (201), DELETE /users/{id} (204 or 404), and
-// GET /debug/vars (expvar, with a "cuckooguard" object). SIGINT or SIGTERM
-// shut it down gracefully.
+// {"id": "42", "name": "Ada"} (201), DELETE /users/{id} (204 or 404),
+// GET /metrics (Prometheus), GET /healthz (200 while the process serves),
+// GET /readyz (200 when the guard answers on its own, else 503) and
+// GET /debug/vars (expvar, with a "cuckooguard" object).
+//
+// With a PostgreSQL DSN every instance is a replica: it installs the
+// trigger that publishes the users table's changes (safe from every
+// instance at once), follows them with a postgres.Follower, and tags its
+// own inserts with its origin, so that a row created through one instance
+// is found through all of them. Run as many as you like against one
+// database.
+//
+// SIGINT or SIGTERM shut it down gracefully: /readyz turns 503 at once,
+// the listener stays open for -drain (so that a load balancer sees the
+// 503 and stops sending), then requests in flight finish (up to 10 s) and
+// the follower, the guard and the database close.
 package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -30,19 +45,49 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
 	dsn := flag.String("dsn", "", "postgres:// URL, or a SQLite file path (default: a fresh file in a temp dir, removed on exit)")
 	rows := flag.Int64("rows", 100_000, "users to seed, ids 1..rows")
+	origin := flag.String("origin", "", "name of this replica in its origin tag and in pg_stat_activity (default: the host name); a random suffix keeps it unique")
+	heartbeat := flag.Duration("heartbeat", 0, "how often the follower checks its LISTEN connection through the database (default 1s; pass-through after 3 missed)")
+	drain := flag.Duration("drain", 0, "on SIGTERM, how long to keep serving with /readyz at 503 before closing the listener")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(*addr, *dsn, *rows, log); err != nil {
+	o, err := uniqueOrigin(*origin)
+	if err != nil {
+		log.Error("httpapi", "error", err)
+		os.Exit(1)
+	}
+	cfg := config{DSN: *dsn, Rows: *rows, Origin: o, Heartbeat: *heartbeat}
+	if err := run(*addr, cfg, *drain, log); err != nil {
 		log.Error("httpapi", "error", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr, dsn string, rows int64, log *slog.Logger) error {
-	if rows < 0 {
-		return fmt.Errorf("-rows %d must not be negative", rows)
+// uniqueOrigin returns name (or the host name) and a random suffix. Two
+// processes with one origin would each skip the other's inserts, and miss
+// those rows: the suffix makes that impossible by accident.
+func uniqueOrigin(name string) (string, error) {
+	if name == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			h = "httpapi"
+		}
+		name = h
 	}
-	if dsn == "" {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return name + "-" + hex.EncodeToString(b[:]), nil
+}
+
+func run(addr string, cfg config, drain time.Duration, log *slog.Logger) error {
+	if cfg.Rows < 0 {
+		return fmt.Errorf("-rows %d must not be negative", cfg.Rows)
+	}
+	if drain < 0 || cfg.Heartbeat < 0 {
+		return fmt.Errorf("-drain %v and -heartbeat %v must not be negative", drain, cfg.Heartbeat)
+	}
+	if cfg.DSN == "" {
 		// A database of this instance's own: two instances never share
 		// (or seed over) one file, and nothing is left behind.
 		dir, err := os.MkdirTemp("", "cuckooguard-httpapi-*")
@@ -50,11 +95,11 @@ func run(addr, dsn string, rows int64, log *slog.Logger) error {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		dsn = filepath.Join(dir, "users.db")
+		cfg.DSN = filepath.Join(dir, "users.db")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	a, err := newApp(ctx, dsn, rows, log)
+	a, err := newApp(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -64,25 +109,47 @@ func run(addr, dsn string, rows int64, log *slog.Logger) error {
 		return err
 	}
 	// Serve at once; the guard passes lookups through until it is filled.
-	go func() {
-		if err := a.warmUp(ctx); err != nil {
-			log.Error("warm-up", "error", err)
-		}
-	}()
+	// The follower (PostgreSQL) runs until shutdown.
+	wctx, stopWarmUp := context.WithCancel(context.Background())
+	defer stopWarmUp()
+	warmErr := make(chan error, 1)
+	go func() { warmErr <- a.warmUp(wctx) }()
 	errc := make(chan error, 1)
 	go func() { errc <- a.serve(ln) }()
+	var runErr error
 	select {
-	case err := <-errc:
-		stop()
-		<-a.filled
-		a.shutdown(context.Background())
-		return err
+	case runErr = <-errc:
+	case err := <-warmErr:
+		if err == nil {
+			// Filled (SQLite): keep serving until a signal.
+			select {
+			case runErr = <-errc:
+			case <-ctx.Done():
+			}
+		} else {
+			// The guard cannot be filled, or the follower cannot follow:
+			// stop and say why, rather than pass every lookup through
+			// for good.
+			runErr = fmt.Errorf("warm-up: %w", err)
+		}
 	case <-ctx.Done():
 	}
-	log.Info("shutting down")
-	stop()     // ends a warm-up still running
-	<-a.filled // before the database closes under it
+	stop()
+	if runErr == nil {
+		log.Info("shutting down", "drain", drain)
+		a.draining.Store(true)
+		time.Sleep(drain)
+	}
+	stopWarmUp()
+	<-a.filled // the follower or the warm-up stops before the Loader closes
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return a.shutdown(sctx)
+	err = a.shutdown(sctx)
+	if runErr != nil {
+		return runErr
+	}
+	if err == nil {
+		log.Info("stopped")
+	}
+	return err
 }

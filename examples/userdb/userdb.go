@@ -38,6 +38,13 @@ type DB struct {
 	Driver       string       // "sqlite" or "pgx"
 	Lookups      atomic.Int64 // SELECT ... WHERE id = $1 queries run
 	BatchLookups atomic.Int64 // LookupMany calls
+
+	// Origin, if set, tags the rows Insert creates on PostgreSQL with this
+	// process's origin (postgres.TagOrigin), so that its follower skips
+	// their notifications: its Loader added their keys already. Set it
+	// only when every Insert runs inside guard.Loader.Insert, and to a
+	// value no other process uses.
+	Origin string
 }
 
 // DefaultSQLitePath is where Open keeps the SQLite database when dsn is "".
@@ -78,10 +85,29 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 	return &DB{DB: db, Driver: driver}, nil
 }
 
-// Migrate creates the users table if it does not exist.
+// Migrate creates the users table if it does not exist. On PostgreSQL,
+// processes that start together take turns: two CREATE TABLE IF NOT
+// EXISTS at once fail with a duplicate key in pg_type.
 func (d *DB) Migrate(ctx context.Context) error {
-	_, err := d.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS users (id BIGINT PRIMARY KEY, name TEXT NOT NULL)`)
+	const create = `CREATE TABLE IF NOT EXISTS users (id BIGINT PRIMARY KEY, name TEXT NOT NULL)`
+	if d.Driver != "pgx" {
+		if _, err := d.ExecContext(ctx, create); err != nil {
+			return fmt.Errorf("userdb: create table: %w", err)
+		}
+		return nil
+	}
+	tx, err := d.BeginTx(ctx, nil)
 	if err != nil {
+		return fmt.Errorf("userdb: create table: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext('userdb migrate'))`); err != nil {
+		return fmt.Errorf("userdb: create table: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, create); err != nil {
+		return fmt.Errorf("userdb: create table: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("userdb: create table: %w", err)
 	}
 	return nil
@@ -176,7 +202,14 @@ var ErrExists = errors.New("userdb: user exists")
 
 // Insert creates u. It returns ErrExists if the id is taken.
 func (d *DB) Insert(ctx context.Context, u User) error {
-	res, err := d.ExecContext(ctx, `INSERT INTO users (id, name) VALUES ($1, $2) ON CONFLICT DO NOTHING`, u.ID, u.Name)
+	const insert = `INSERT INTO users (id, name) VALUES ($1, $2) ON CONFLICT DO NOTHING`
+	var res sql.Result
+	var err error
+	if d.Origin != "" && d.Driver == "pgx" {
+		res, err = d.insertTagged(ctx, insert, u)
+	} else {
+		res, err = d.ExecContext(ctx, insert, u.ID, u.Name)
+	}
 	if err != nil {
 		return fmt.Errorf("userdb: insert user %d: %w", u.ID, err)
 	}
@@ -186,6 +219,24 @@ func (d *DB) Insert(ctx context.Context, u User) error {
 		return ErrExists
 	}
 	return nil
+}
+
+// insertTagged runs insert in a transaction tagged with d.Origin, as
+// postgres.TagOrigin does for pgx.
+func (d *DB) insertTagged(ctx context.Context, insert string, u User) (sql.Result, error) {
+	tx, err := d.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `SELECT set_config('cuckooguard.origin', $1, true)`, d.Origin); err != nil {
+		return nil, err
+	}
+	res, err := tx.ExecContext(ctx, insert, u.ID, u.Name)
+	if err != nil {
+		return nil, err
+	}
+	return res, tx.Commit()
 }
 
 // Delete deletes the user with the given id and reports whether it
