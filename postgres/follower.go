@@ -318,14 +318,42 @@ func (f *Follower[K, V]) follow(ctx context.Context) error {
 	}
 	hb.markerSent = time.Now()
 	next := hb.markerSent.Add(f.heartbeat)
+	// Heartbeats go out from a goroutine of their own: a NOTIFY on a
+	// silent connection blocks until the deadline, and the loop must keep
+	// watching the lag meanwhile. A failed send ends the session through
+	// loopCtx.
+	loopCtx, endLoop := context.WithCancelCause(ctx)
+	defer endLoop(nil)
+	beats := make(chan string, 1)
+	var senderDone sync.WaitGroup
+	senderDone.Go(func() {
+		for {
+			select {
+			case <-loopCtx.Done():
+				return
+			case p := <-beats:
+				if err := f.notify(loopCtx, sender, p); err != nil {
+					if loopCtx.Err() == nil {
+						f.beatsLost.Add(1) // the database did not take it within the deadline
+					}
+					endLoop(err)
+					return
+				}
+			}
+		}
+	})
+	defer senderDone.Wait() // before sender closes (deferred earlier)
+	defer endLoop(nil)
 	for {
-		wctx, cancel := context.WithDeadline(ctx, next)
+		wctx, cancel := context.WithDeadline(loopCtx, f.wake(&hb, next))
 		n, err := listen.WaitForNotification(wctx)
 		cancel()
 		now := time.Now()
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
+		case loopCtx.Err() != nil:
+			return context.Cause(loopCtx)
 		case err != nil && !pgconn.Timeout(err) && !errors.Is(err, context.DeadlineExceeded):
 			return fmt.Errorf("postgres: follower wait: %w", err)
 		case err == nil:
@@ -347,16 +375,44 @@ func (f *Follower[K, V]) follow(ctx context.Context) error {
 		}
 		f.checkLag(hb.lag(now))
 		if !now.Before(next) {
-			hb.seq++
-			if err := f.notify(ctx, sender, fmt.Sprintf("H %s-%d", session, hb.seq)); err != nil {
-				f.beatsLost.Add(1) // the database did not take it within the deadline
-				return err
+			select {
+			case beats <- fmt.Sprintf("H %s-%d", session, hb.seq+1):
+				hb.seq++
+				hb.out = append(hb.out, beat{seq: hb.seq, sent: now})
+				f.beats.Add(1)
+			default: // the last one is still being sent: it is out, and ages
 			}
-			hb.out = append(hb.out, beat{seq: hb.seq, sent: now})
-			f.beats.Add(1)
 			next = now.Add(f.heartbeat)
 		}
 	}
+}
+
+// wake returns when the session must look at its heartbeats next: the
+// next heartbeat is due, or the moment the oldest one out makes the lag
+// exceed the max lag, or the deadline runs out. Waking at the moment
+// rather than at the next heartbeat tick is what bounds the time from a
+// silent fault to pass-through by the heartbeat plus the max lag (the
+// deadline, with the defaults), not that and one more heartbeat.
+func (f *Follower[K, V]) wake(hb *heartbeats, next time.Time) time.Time {
+	const past = time.Millisecond // the checks compare with >: be past the moment
+	w := next
+	if len(hb.out) > 0 {
+		if State(f.state.Load()) == Following {
+			w = earliest(w, hb.out[0].sent.Add(f.maxLag+past))
+		}
+		w = earliest(w, hb.last.Add(f.deadline+past))
+	}
+	if State(f.state.Load()) == Resyncing {
+		w = earliest(w, hb.markerSent.Add(f.deadline+past))
+	}
+	return w
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // heartbeats is what a session knows of its heartbeats.
