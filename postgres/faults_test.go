@@ -282,7 +282,6 @@ func TestFaultServerRestart(t *testing.T) {
 	}
 }
 
-
 // TestFaultBlackhole stalls the follower's connections (a proxy that stops
 // forwarding without closing anything) for two seconds while another
 // process writes: A must pass through within the heartbeat deadline and
