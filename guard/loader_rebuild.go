@@ -120,31 +120,15 @@ func (l *Loader[K, V]) replace(ctx context.Context, fill func(context.Context, *
 	return nil
 }
 
-// newGuard makes the replacement of g: g's configuration (memory cap,
-// shard count, grow threshold, workers and seed travel with it), then
-// [WithRebuildOptions], sized for g's keys and a quarter more but no
-// smaller than g's own capacity. The size comes from the keys g holds, not
-// from its slots: a guard that grew for copies since removed would
-// otherwise pass its size on. Every guard of a Loader keeps the first
-// one's seed, so that a key hashes alike in all of them.
+// newGuard makes the replacement of g ([Guard.Fresh]: g's configuration
+// and seed travel with it), then [WithRebuildOptions], sized for g's keys
+// and a quarter more but no smaller than g's own capacity. The size comes
+// from the keys g holds, not from its slots: a guard that grew for copies
+// since removed would otherwise pass its size on.
 func (l *Loader[K, V]) newGuard(g *Guard) (*Guard, error) {
-	c := g.cfg
-	for _, o := range l.cfg.guardOpts {
-		o(&c)
-	}
 	keys := g.Len()
-	c.capacity = min(max(keys*5/4, c.capacity, 1024), maxCapacity)
-	c.seed, c.seedSet = g.seed, true
-	if c.maxBytes != 0 {
-		// Under a memory cap, the largest guard that fits; if even that
-		// holds fewer keys than g, a rebuild cannot help.
-		fit := capacityWithin(c)
-		if fit < keys {
-			return nil, fmt.Errorf("guard: rebuild: the memory cap of %d bytes holds about %d keys; the guard has %d", c.maxBytes, fit, keys)
-		}
-		c.capacity = min(c.capacity, fit)
-	}
-	ng, err := newGuard(c)
+	capacity := min(max(keys*5/4, g.cfg.capacity, 1024), maxCapacity)
+	ng, err := g.Fresh(capacity, l.cfg.guardOpts...)
 	if err != nil {
 		return nil, err
 	}
