@@ -20,6 +20,7 @@ import (
 
 	"github.com/cuckooguard/cuckooguard/examples/userdb"
 	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/guarded"
 )
 
 // results is everything a load test measured, as -json writes it.
@@ -74,10 +75,9 @@ func run(ctx context.Context, c config, out, errw io.Writer) error {
 		return err
 	}
 	fillBar := bar(showBars, errw, 100, "warming up the guard")
-	loader, err := guard.NewLoader(g, st.Lookup,
-		guard.WithKeySource(st.IDs),
-		guard.WithLogger(slog.New(slog.DiscardHandler)),
-		guard.WithFillProgress(func(n int64) { fillBar(float64(n) / float64(c.Rows)) }))
+	loader, err := guarded.New(g, guarded.Funcs[int64, userdb.User]{Lookup: st.Lookup, ListKeys: st.IDs},
+		guarded.WithLogger(slog.New(slog.DiscardHandler)),
+		guarded.WithFillProgress(func(n int64) { fillBar(float64(n) / float64(c.Rows)) }))
 	if err != nil {
 		g.Close()
 		return err
@@ -128,7 +128,7 @@ func run(ctx context.Context, c config, out, errw io.Writer) error {
 		}
 	}()
 	avoided0 := int64(loader.Stats().Avoided)
-	guarded := runPhase(ctx, c, "with guard", func(ctx context.Context, id int64) error {
+	withGuard := runPhase(ctx, c, "with guard", func(ctx context.Context, id int64) error {
 		_, err := loader.Get(ctx, id)
 		return notFound(err)
 	}, bar(showBars, errw, 100, "run 2/2: with guard"))
@@ -138,24 +138,24 @@ func run(ctx context.Context, c config, out, errw io.Writer) error {
 		return fmt.Errorf("warm-up: %w", err)
 	}
 	ls := loader.Stats()
-	guarded.Guarded = true
-	guarded.Queries = st.Queries() - q0
-	guarded.Avoided = int64(ls.Avoided) - avoided0
-	guarded.FalsePos = int64(ls.FalsePositives)
-	guarded.ObservedFPR = ls.ObservedFPR
-	guarded.GuardBytes = ls.Guard.Bytes
-	guarded.BitsPerItem = ls.Guard.BitsPerItem
-	guarded.GuardItems = ls.Guard.Items
-	guarded.DoublingCount = ls.Guard.Doublings
-	guarded.Doublings = doublings
-	res.Phases = append(res.Phases, guarded)
+	withGuard.Guarded = true
+	withGuard.Queries = st.Queries() - q0
+	withGuard.Avoided = int64(ls.Avoided) - avoided0
+	withGuard.FalsePos = int64(ls.FalsePositives)
+	withGuard.ObservedFPR = ls.ObservedFPR
+	withGuard.GuardBytes = ls.Guard.Bytes
+	withGuard.BitsPerItem = ls.Guard.BitsPerItem
+	withGuard.GuardItems = ls.Guard.Items
+	withGuard.DoublingCount = ls.Guard.Doublings
+	withGuard.Doublings = doublings
+	res.Phases = append(res.Phases, withGuard)
 	return report(c, res, out)
 }
 
-// notFound maps a store's "no rows" to guard.ErrNotFound.
+// notFound maps a store's "no rows" to guarded.ErrNotFound.
 func notFound(err error) error {
 	if errors.Is(err, sql.ErrNoRows) {
-		return guard.ErrNotFound
+		return guarded.ErrNotFound
 	}
 	return err
 }
@@ -201,7 +201,7 @@ func runTarget(ctx context.Context, c config, progress func(float64)) (*phase, e
 		case http.StatusOK:
 			return nil
 		case http.StatusNotFound:
-			return guard.ErrNotFound
+			return guarded.ErrNotFound
 		default:
 			return fmt.Errorf("GET /users/%d: %s", id, resp.Status)
 		}

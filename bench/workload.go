@@ -10,7 +10,7 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
-	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/guarded"
 )
 
 // Latencies are recorded in microseconds from 1 µs to 60 s, 3 digits.
@@ -167,7 +167,7 @@ func runPhase(ctx context.Context, c config, name string, lookup lookupFunc, pro
 					if !exists {
 						o.wrong++
 					}
-				case errors.Is(err, guard.ErrNotFound):
+				case errors.Is(err, guarded.ErrNotFound):
 					o.notFound++
 					if exists {
 						o.wrong++

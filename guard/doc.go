@@ -6,11 +6,11 @@
 // key, ask the guard: if [Guard.Contains] reports false, the key was never
 // added (or was removed) and the store need not be asked.
 //
-// [Loader] wraps a store lookup with a Guard: definitely-absent keys get
-// [ErrNotFound] without a store call, concurrent lookups of one key share
-// one call, and [Loader.Insert] and [Loader.Delete] keep the guard in step
-// with the store's writes (add before the write, remove after a confirmed
-// delete). [Guard.WriteTo] and [Restore] save and load snapshots.
+// Package guarded wraps a store lookup with a Guard: definitely-absent keys
+// get "not found" without a store call, concurrent lookups of one key share
+// one call, and writes keep the guard in step with the store (add before
+// the write, remove after a confirmed delete). [Guard.WriteTo] and
+// [Restore] save and load snapshots.
 //
 // # Guarantees
 //
@@ -39,39 +39,15 @@
 //     starts small and grows, New makes 4 per core (GOMAXPROCS, at most
 //     256) when that fits in 64 KiB or 20 bits per declared key, so that
 //     writers and doublings of a grown guard spread over them.
-
-// # Copies and removals
+//
+// # Removals
 //
 // The set counts copies, and [Guard.Remove] may only remove a copy the
 // guard holds: removing a key that was never added can take the copy of
 // another key with the same fingerprint in a shared bucket, which then
-// reads absent. The [Loader] keeps this on every path by one rule: each
-// creation of a row adds one copy of its key before a reader can see the
-// row, and a copy is removed only by a delete known to come after the
-// creation whose copy it removes.
-//
-//   - Warm-up ([Loader.Fill]): the fill adds one copy per row it reads,
-//     and [Loader.Insert] one per row it writes (a row both read and
-//     written gets two, which is harmless). A Delete that begins before the
-//     fill is done removes nothing: the fill may not have read its row yet.
-//   - Steady state: Insert adds before its write and takes the copy back
-//     only when the write certainly failed ([NotWritten]). Delete removes
-//     after the store confirmed the delete, from the guard that was
-//     complete when the Delete began; rebuilds wait for it.
-//   - Rebuild (key source): the new guard receives every insert from the
-//     moment it is installed, and then reads the key source; deletes reach
-//     only the old guard, so the new one may keep a deleted key (a false
-//     positive), never miss a live one.
-//   - Catch-up ([Loader.CatchUp]) over a restored snapshot: the store's
-//     changes since the snapshot are applied once each, this process's own
-//     deletes included, which therefore remove nothing themselves while the
-//     Loader catches up.
-//   - Change feed ([Loader.AttachFeed], the postgres follower): Delete
-//     removes nothing; the feed applies every delete, this process's own
-//     included, in commit order, after the creation it undoes (added by
-//     Insert, by an earlier change, or by the feed's snapshot read). The
-//     feed skips only this process's own inserts. Rebuilds go through the
-//     feed's snapshot-aware [Loader.Resync].
+// reads absent. Remove only keys you added. Package guarded keeps this
+// promise for a store: it adds a key once per creation of a row and
+// removes it only after a delete known to follow that creation.
 //
 // # Hash layout
 //

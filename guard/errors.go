@@ -31,16 +31,3 @@ var ErrTooManyCopies = errors.New("guard: too many copies of one key")
 // ErrClosed is returned by [Guard.Add] and its variants after
 // [Guard.Close]. Lookups and removes keep working after Close.
 var ErrClosed = errors.New("guard: closed")
-
-// ErrNotFound is returned by [Loader.Get] for a key that is not in the
-// store, whether the guard knew it is absent (the store was not asked) or
-// the store said so (see [WithNotFound]).
-var ErrNotFound = errors.New("guard: not found")
-
-// ErrMaybeWritten tells [Loader.Insert] that a write failed in a way that
-// leaves its outcome unknown (say, a commit whose acknowledgement was
-// lost). Wrap such errors with it: Insert then keeps the key in the guard,
-// a possible false positive, instead of rolling it back, a possible false
-// negative. [NotWritten] already treats context and connection errors this
-// way.
-var ErrMaybeWritten = errors.New("guard: write may have happened")

@@ -30,7 +30,6 @@ type Guard struct {
 	cfg    config          // what the guard was made with; a rebuild starts from it
 	rs     *resize.Resizer // doubles shards in the background; stopped by Close
 	closed atomic.Bool
-	owned  atomic.Bool // a Loader owns the guard and closes it
 
 	adds       *xsync.Counter
 	removes    *xsync.Counter
@@ -148,7 +147,7 @@ func (g *Guard) shardOf(h uint64) uint64 {
 }
 
 // ShardIndex returns the index, in [0, Shards()), of the shard that the
-// key with hash h belongs to. Wrappers such as [Loader] use it to treat one
+// key with hash h belongs to. Wrappers such as guarded.Loader use it to treat one
 // shard that refused a key differently from the rest.
 func (g *Guard) ShardIndex(h uint64) int {
 	return int(g.shardOf(h))

@@ -97,8 +97,8 @@ func (c *config) validate() error {
 	if c.capacity < 1 {
 		return fmt.Errorf("guard: capacity %d must be at least 1", c.capacity)
 	}
-	if c.capacity > maxCapacity {
-		return fmt.Errorf("guard: capacity %d exceeds the maximum %d", c.capacity, maxCapacity)
+	if c.capacity > MaxCapacity {
+		return fmt.Errorf("guard: capacity %d exceeds the maximum %d", c.capacity, MaxCapacity)
 	}
 	if c.shardsSet && (c.shards < 1 || c.shards > MaxShards) {
 		return fmt.Errorf("guard: shard count %d out of range [1, %d]", c.shards, MaxShards)

@@ -15,16 +15,16 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 		{"shards 0", []Option{WithShards(0)}},
 		{"shards negative", []Option{WithShards(-1)}},
 		{"shards too many", []Option{WithShards(MaxShards + 1)}},
-		{"capacity does not fit shards", []Option{WithShards(1), WithCapacity(maxCapacity)}},
+		{"capacity does not fit shards", []Option{WithShards(1), WithCapacity(MaxCapacity)}},
 		{"threshold low", []Option{WithGrowThreshold(0.2)}},
 		{"threshold high", []Option{WithGrowThreshold(0.99)}},
 		{"threshold NaN", []Option{WithGrowThreshold(math.NaN())}},
 	}
-	if maxCapacity < math.MaxInt { // 64-bit platforms
+	if MaxCapacity < math.MaxInt { // 64-bit platforms
 		tests = append(tests, struct {
 			name string
 			opts []Option
-		}{"capacity too large", []Option{WithCapacity(int(min(maxCapacity+1, math.MaxInt)))}})
+		}{"capacity too large", []Option{WithCapacity(int(min(MaxCapacity+1, math.MaxInt)))}})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

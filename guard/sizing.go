@@ -9,8 +9,8 @@ import (
 	"github.com/cuckooguard/cuckooguard/shard"
 )
 
-// maxCapacity bounds WithCapacity: 2^40 keys would take about 2.5 TB.
-const maxCapacity = min(1<<40, math.MaxInt)
+// MaxCapacity bounds WithCapacity: 2^40 keys would take about 2.5 TB.
+const MaxCapacity = min(1<<40, math.MaxInt)
 
 // sizingSigmas is how many standard deviations above its mean a shard's key
 // count may be, at the declared capacity, without reaching the grow

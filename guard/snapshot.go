@@ -27,7 +27,7 @@ import (
 //
 // Each shard is encoded under its own lock, so a snapshot taken while
 // writers run is consistent per shard but not across shards. A restored
-// guard is older than the store it guards; see [Loader] for catching up.
+// guard is older than the store it guards; see guarded.Loader.CatchUp.
 //
 // Version 1 snapshots hold the fixed-tail slots of earlier releases, whose
 // keys sit at other positions; [Restore] refuses them (rebuild the guard

@@ -16,6 +16,8 @@ type Stats struct {
 	Shards            int     // number of shards
 	Slots             int     // fingerprint slots over all shards
 	Bytes             int     // memory of the guard, its shards and their tables
+	MaxBytes          int     // the memory cap (WithMaxBytes); 0 for none
+	GrowThreshold     float64 // the load factor at which a shard doubles (WithGrowThreshold)
 	LoadFactor        float64 // Copies / Slots
 	BitsPerItem       float64 // 8·Bytes / Items (0 when empty)
 	EstimatedFPR      float64 // expected false-positive rate of a lookup of an absent key
@@ -44,6 +46,8 @@ func (g *Guard) Stats() Stats {
 	st := Stats{
 		Shards:            len(g.shards),
 		Bytes:             guardBytes,
+		MaxBytes:          g.cfg.maxBytes,
+		GrowThreshold:     g.cfg.growThreshold,
 		Adds:              uint64(g.adds.Value()),
 		Removes:           uint64(g.removes.Value()),
 		AddFailures:       uint64(g.failures.Value()),

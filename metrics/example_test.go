@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/metrics"
 )
 
@@ -21,12 +22,12 @@ func ExampleNewLoaderCollector() {
 	if err != nil {
 		panic(err)
 	}
-	loader, err := guard.NewLoader(g, func(_ context.Context, id int64) (string, error) {
+	loader, err := guarded.New(g, guarded.GetterFunc[int64, string](func(_ context.Context, id int64) (string, error) {
 		if v, ok := rows[id]; ok {
 			return v, nil
 		}
-		return "", guard.ErrNotFound
-	})
+		return "", guarded.ErrNotFound
+	}))
 	if err != nil {
 		panic(err)
 	}

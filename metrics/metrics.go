@@ -25,6 +25,7 @@
 //	cuckooguard_guard_load_factor                   gauge    occupied slots / slots
 //	cuckooguard_guard_estimated_false_positive_ratio gauge   expected share of absent keys reported present
 //	cuckooguard_guard_memory_bytes                  gauge    memory of the guard and its tables
+//	cuckooguard_guard_memory_limit_bytes            gauge    the memory cap (WithMaxBytes); 0 for none
 //	cuckooguard_guard_shards                        gauge    shards
 //	cuckooguard_guard_saturated_shards              gauge    shards that can no longer double
 //	cuckooguard_guard_adds_total                    counter  successful adds
@@ -58,6 +59,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/metrics/internal/collect"
 	"github.com/cuckooguard/cuckooguard/middleware"
 )
@@ -96,8 +98,8 @@ func Config(opts []Option) collect.Config {
 // GuardStatser is what [NewGuardCollector] watches: a *guard.Guard.
 type GuardStatser interface{ Stats() guard.Stats }
 
-// LoaderStatser is what [NewLoaderCollector] watches: any *guard.Loader.
-type LoaderStatser interface{ Stats() guard.LoaderStats }
+// LoaderStatser is what [NewLoaderCollector] watches: any *guarded.Loader.
+type LoaderStatser interface{ Stats() guarded.Stats }
 
 // MiddlewareStatser is what [NewMiddlewareCollector] watches: any
 // *middleware.Middleware.
@@ -117,34 +119,34 @@ func NewLoaderCollector(l LoaderStatser, opts ...Option) prometheus.Collector {
 	c := collect.New(Config(opts), l.Stats)
 	const sub = "loader"
 	lookups := collect.Metric{Subsystem: sub, Name: "lookups_total", Type: prometheus.CounterValue, Labels: []string{"result"},
-		Help: `Lookups (Get, each key of GetMany, MayContain) by result: "avoided" (the guard said absent), "negative_cache", "let_through" (the key may exist: the store was asked), "passed_through" (the Loader was not ready).`}
+		Help: `Lookups (Get, each key of GetMany) by result: "avoided" (the guard said absent), "negative_cache", "let_through" (the key may exist: the store was asked), "passed_through" (the Loader was not ready).`}
 	rebuilds := collect.Metric{Subsystem: sub, Name: "rebuilds_total", Type: prometheus.CounterValue, Labels: []string{"result"},
 		Help: `Guard rebuilds by result: "ok" (swapped in) or "error".`}
 	c.Add(collect.Metric{Subsystem: sub, Name: "ready", Type: prometheus.GaugeValue,
 		Help: "1 when the guard answers not found on its own; 0 while lookups pass through (warming up, resyncing, follower behind)."},
-		func(s *guard.LoaderStats) float64 { return collect.Bool(s.Ready) }).
-		Add(lookups, func(s *guard.LoaderStats) float64 { return float64(s.Avoided) }, "avoided").
-		Add(lookups, func(s *guard.LoaderStats) float64 { return float64(s.NegativeCacheHits) }, "negative_cache").
-		Add(lookups, func(s *guard.LoaderStats) float64 { return float64(s.LetThrough) }, "let_through").
-		Add(lookups, func(s *guard.LoaderStats) float64 { return float64(s.PassedThrough) }, "passed_through").
+		func(s *guarded.Stats) float64 { return collect.Bool(s.Ready) }).
+		Add(lookups, func(s *guarded.Stats) float64 { return float64(s.Avoided) }, "avoided").
+		Add(lookups, func(s *guarded.Stats) float64 { return float64(s.NegativeCacheHits) }, "negative_cache").
+		Add(lookups, func(s *guarded.Stats) float64 { return float64(s.LetThrough) }, "let_through").
+		Add(lookups, func(s *guarded.Stats) float64 { return float64(s.PassedThrough) }, "passed_through").
 		Add(collect.Metric{Subsystem: sub, Name: "false_positives_total", Type: prometheus.CounterValue,
 			Help: "Lookups the guard let through for which the store said not found."},
-			func(s *guard.LoaderStats) float64 { return float64(s.FalsePositives) }).
+			func(s *guarded.Stats) float64 { return float64(s.FalsePositives) }).
 		Add(collect.Metric{Subsystem: sub, Name: "store_calls_total", Type: prometheus.CounterValue,
 			Help: "Calls of the store's lookup, batch lookups included."},
-			func(s *guard.LoaderStats) float64 { return float64(s.StoreCalls) }).
+			func(s *guarded.Stats) float64 { return float64(s.StoreCalls) }).
 		Add(collect.Metric{Subsystem: sub, Name: "store_batch_calls_total", Type: prometheus.CounterValue,
 			Help: "Calls of the store's batch lookup."},
-			func(s *guard.LoaderStats) float64 { return float64(s.BatchCalls) }).
+			func(s *guarded.Stats) float64 { return float64(s.BatchCalls) }).
 		Add(collect.Metric{Subsystem: sub, Name: "pass_through_shards", Type: prometheus.GaugeValue,
 			Help: "Shards whose lookups pass through to the store until the next rebuild (a key they could not take)."},
-			func(s *guard.LoaderStats) float64 { return float64(s.PassThroughShards) }).
+			func(s *guarded.Stats) float64 { return float64(s.PassThroughShards) }).
 		Add(collect.Metric{Subsystem: sub, Name: "rebuilding", Type: prometheus.GaugeValue,
 			Help: "1 while a rebuild runs."},
-			func(s *guard.LoaderStats) float64 { return collect.Bool(s.Rebuilding) }).
-		Add(rebuilds, func(s *guard.LoaderStats) float64 { return float64(s.Rebuilds) }, "ok").
-		Add(rebuilds, func(s *guard.LoaderStats) float64 { return float64(s.RebuildErrors) }, "error")
-	addGuard(c, func(s *guard.LoaderStats) *guard.Stats { return &s.Guard })
+			func(s *guarded.Stats) float64 { return collect.Bool(s.Rebuilding) }).
+		Add(rebuilds, func(s *guarded.Stats) float64 { return float64(s.Rebuilds) }, "ok").
+		Add(rebuilds, func(s *guarded.Stats) float64 { return float64(s.RebuildErrors) }, "error")
+	addGuard(c, func(s *guarded.Stats) *guard.Stats { return &s.Guard })
 	return c
 }
 
@@ -195,6 +197,8 @@ func addGuard[S any](c *collect.Collector[S], g func(*S) *guard.Stats) {
 		func(s *guard.Stats) float64 { return s.EstimatedFPR })
 	gauge("memory_bytes", "Memory of the guard, its shards and their tables.",
 		func(s *guard.Stats) float64 { return float64(s.Bytes) })
+	gauge("memory_limit_bytes", "The memory cap (WithMaxBytes); 0 for none.",
+		func(s *guard.Stats) float64 { return float64(s.MaxBytes) })
 	gauge("shards", "Shards of the guard.",
 		func(s *guard.Stats) float64 { return float64(s.Shards) })
 	gauge("saturated_shards", "Shards whose table uses every position bit and can no longer double.",

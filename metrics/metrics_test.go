@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/metrics"
 	"github.com/cuckooguard/cuckooguard/metrics/internal/metricstest"
 	"github.com/cuckooguard/cuckooguard/middleware"
@@ -39,6 +40,7 @@ func guardSamples(ns string, st guard.Stats) map[string]sample {
 		p + "load_factor":                     gauge(st.LoadFactor),
 		p + "estimated_false_positive_ratio":  gauge(st.EstimatedFPR),
 		p + "memory_bytes":                    gauge(float64(st.Bytes)),
+		p + "memory_limit_bytes":              gauge(float64(st.MaxBytes)),
 		p + "shards":                          gauge(float64(st.Shards)),
 		p + "saturated_shards":                gauge(float64(st.SaturatedShards)),
 		p + "adds_total":                      counter(float64(st.Adds)),
@@ -58,7 +60,7 @@ func guardSamples(ns string, st guard.Stats) map[string]sample {
 // and removed a key, so that most of its counters are not zero.
 func newGuard(t *testing.T) *guard.Guard {
 	t.Helper()
-	g, err := guard.New(guard.WithCapacity(1000))
+	g, err := guard.New(guard.WithCapacity(1000), guard.WithMaxBytes(64<<20))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +101,7 @@ func TestGuardCollector(t *testing.T) {
 	reg.MustRegister(metrics.NewGuardCollector(g))
 	got := metricstest.Gather(t, reg)
 	st := g.Stats()
-	if st.Doublings == 0 || st.DuplicatesRefused != 1 || st.Removes != 1 {
+	if st.Doublings == 0 || st.DuplicatesRefused != 1 || st.Removes != 1 || st.MaxBytes != 64<<20 {
 		t.Fatalf("the guard did not double, refuse and remove: %+v", st)
 	}
 	metricstest.Compare(t, got, guardSamples("cuckooguard", st))
@@ -116,13 +118,13 @@ func TestLoaderCollector(t *testing.T) {
 		if v, ok := rows[id]; ok {
 			return v, nil
 		}
-		return "", guard.ErrNotFound
+		return "", guarded.ErrNotFound
 	}
 	g, err := guard.New(guard.WithCapacity(1000))
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := guard.NewLoader(g, lookup, guard.WithNegativeCache(1000, time.Hour))
+	l, err := guarded.New(g, guarded.GetterFunc[int, string](lookup), guarded.WithNegativeCache(1000, time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@
 //
 // The middleware takes the key from the request (a path wildcard, a query
 // parameter, a header, or a function of yours), asks a [Filter] (a
-// *guard.Loader, or a *guard.Guard through [GuardFilter]) whether the key
+// *guarded.Loader, or a *guard.Guard through [GuardFilter]) whether the key
 // may exist, and if not, responds with 404 and an RFC 9457
 // application/problem+json body without calling the next handler. Every
 // other request reaches the next handler unchanged: requests with methods
@@ -14,10 +14,10 @@
 // in the store.
 //
 // The middleware filters requests for one key. A request for many keys
-// (GET /users?ids=1,2,3) is the handler's to guard: it asks
-// [guard.Loader.GetMany], which answers the keys the guard knows are absent
-// without the store and looks the others up in one call of the batch
-// lookup ([guard.WithBatchLookup]); examples/httpapi shows it.
+// (GET /users?ids=1,2,3) is the handler's to guard: it asks the Loader's
+// GetMany, which answers the keys the guard knows are absent without the
+// store and looks the others up in one call of the store's batch lookup
+// (guarded.BatchGetter); examples/httpapi shows it.
 //
 // A request that passes and still gets a 404 from the next handler is
 // counted as an observed false positive. To see the status the middleware
@@ -25,11 +25,19 @@
 // [http.ResponseController] (it has Unwrap) but not direct type
 // assertions to http.Flusher or http.Hijacker.
 //
+// The middleware counts what it does ([Middleware.Stats]); asking a Loader
+// whether a key may exist changes none of the Loader's counters, so the
+// handler's own Get is counted once.
+//
 // Usage:
 //
-//	loader, err := guard.NewLoader(g, db.LookupUser)
-//	if err != nil { ... }
-//	mw, err := middleware.New(loader, middleware.Int64(middleware.PathValue("id")))
-//	if err != nil { ... }
+//	users, err := guarded.New(g, guarded.GetterFunc[int64, User](db.LookupUser))
+//	if err != nil {
+//		return err
+//	}
+//	mw, err := middleware.New(users, middleware.Int64(middleware.PathValue("id")))
+//	if err != nil {
+//		return err
+//	}
 //	mux.Handle("GET /users/{id}", mw.Wrap(http.HandlerFunc(getUser)))
 package middleware

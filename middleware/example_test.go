@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 
 	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/middleware"
 )
 
@@ -18,13 +19,13 @@ func ExampleNew() {
 		if name, ok := rows[id]; ok {
 			return name, nil
 		}
-		return "", guard.ErrNotFound
+		return "", guarded.ErrNotFound
 	}
 	g, err := guard.New()
 	if err != nil {
 		panic(err)
 	}
-	loader, err := guard.NewLoader(g, lookup)
+	loader, err := guarded.New(g, guarded.GetterFunc[int64, string](lookup))
 	if err != nil {
 		panic(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/cuckooguard/cuckooguard/guard"
 )
 
-// Filter reports whether a key may exist. [guard.Loader] implements it
+// Filter reports whether a key may exist. A *guarded.Loader implements it
 // (and answers true while it is warming up); [GuardFilter] adapts a bare
 // [guard.Guard].
 type Filter[K comparable] interface {
@@ -136,7 +136,8 @@ func New[K comparable](f Filter[K], key KeyFunc[K], opts ...Option) (*Middleware
 	}, nil
 }
 
-// Wrap returns next guarded by the middleware.
+// Wrap returns next guarded by the middleware. For routers whose
+// middleware is a func(http.Handler) http.Handler, pass mw.Wrap itself.
 func (m *Middleware[K]) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !slices.Contains(m.methods, r.Method) {
@@ -166,12 +167,6 @@ func (m *Middleware[K]) Wrap(next http.Handler) http.Handler {
 			m.falsePos.Inc()
 		}
 	})
-}
-
-// Handler is Wrap as a func(http.Handler) http.Handler, for middleware
-// chains.
-func (m *Middleware[K]) Handler() func(http.Handler) http.Handler {
-	return m.Wrap
 }
 
 // Stats counts what the middleware did. The counters are read one by one.

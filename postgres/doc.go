@@ -17,7 +17,7 @@
 // skipped, the others applied in order. This de-duplicates the warm-up
 // exactly, without remembering any keys.
 //
-// [Follower] applies the notifications to a guard.Loader: it LISTENs,
+// [Follower] applies the notifications to a guarded.Loader: it LISTENs,
 // reads the table under a snapshot into a fresh guard, applies the changes
 // the read did not see, skips this process's own writes (tagged with
 // [TagOrigin]; its Loader applied them already), and on a dropped

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/postgres"
 )
 
@@ -46,8 +47,8 @@ func ExampleFollower() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	loader, err := guard.NewLoader(g, lookup,
-		guard.WithNotFound(func(err error) bool { return errors.Is(err, pgx.ErrNoRows) }))
+	loader, err := guarded.New(g, guarded.GetterFunc[int64, string](lookup),
+		guarded.WithNotFound(func(err error) bool { return errors.Is(err, pgx.ErrNoRows) }))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/internal/tcpproxy"
 )
 
@@ -132,7 +132,7 @@ func (r *faultRun) check(ctx context.Context, id int64, at time.Time) {
 	r.gets.Add(1)
 	switch {
 	case err == nil:
-	case errors.Is(err, guard.ErrNotFound):
+	case errors.Is(err, guarded.ErrNotFound):
 		age := begin.Sub(at)
 		if age > r.bound {
 			r.wrong.Add(1)

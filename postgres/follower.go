@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/guarded"
 )
 
 // State is what a Follower is doing.
@@ -45,6 +45,20 @@ func (s State) String() string {
 // errResync ends a session when a notification asks for a resync.
 var errResync = errors.New("postgres: resync requested")
 
+// Target is what a [Follower] keeps in step with a table: a
+// *guarded.Loader[K, V] of any value type V. The Follower attaches itself
+// as the Target's change feed, reads the table into a fresh guard through
+// Resync, applies each change the read did not see, and invalidates the
+// Target (every lookup passes through) whenever it cannot know what it
+// misses.
+type Target[K comparable] interface {
+	AttachFeed(resync func()) (detach func(), err error)
+	Resync(ctx context.Context, fill func(ctx context.Context, add func(K) error, remove func(K)) error) error
+	Apply(c guarded.Change[K]) error
+	MarkReady()
+	Invalidate()
+}
+
 // ErrNoNotifications is returned by [Follower.Run] when its first session
 // gets nothing back on its LISTEN connection, not even the marker it sent
 // itself through the database: the connection cannot LISTEN (a PgBouncer
@@ -52,13 +66,14 @@ var errResync = errors.New("postgres: resync requested")
 // the Follower at the database itself, or at a session-pooling bouncer.
 var ErrNoNotifications = errors.New("postgres: follower: no notifications arrive on the LISTEN connection")
 
-// Follower keeps a guard.Loader in step with the writes made to a table,
+// Follower keeps a [Target] (a *guarded.Loader) in step with the writes
+// made to a table,
 // from the notifications of the trigger of [Install].
 //
 // [Follower.Run] attaches itself to the Loader as its change feed
-// ([guard.Loader.AttachFeed]), connects a dedicated connection, LISTENs,
+// ([guarded.Loader.AttachFeed]), connects a dedicated connection, LISTENs,
 // reads every key under a snapshot into a fresh guard
-// ([guard.Loader.Resync]) and then applies each notification the read did
+// ([guarded.Loader.Resync]) and then applies each notification the read did
 // not see, in commit order: every delete and key update, this process's
 // own included, and the inserts of other processes. It skips only the
 // inserts tagged with this process's own origin ([TagOrigin]), which its
@@ -74,8 +89,8 @@ var ErrNoNotifications = errors.New("postgres: follower: no notifications arrive
 //
 // A Follower is safe for concurrent use: Run in one goroutine, Stats from
 // any. A Loader follows one Follower at a time.
-type Follower[K comparable, V any] struct {
-	loader    *guard.Loader[K, V]
+type Follower[K comparable] struct {
+	loader    Target[K]
 	conf      *pgx.ConnConfig // parsed dsn; each connection copies it
 	table     string
 	key       string
@@ -171,7 +186,7 @@ func WithBackoff(d time.Duration) FollowerOption {
 // NewFollower returns a Follower that applies the changes of table's
 // keyColumn, parsed with parse from their text form, to loader. dsn is a
 // postgres:// URL; the Follower opens two connections of its own.
-func NewFollower[K comparable, V any](loader *guard.Loader[K, V], dsn, table, keyColumn string, parse func(string) (K, error), opts ...FollowerOption) (*Follower[K, V], error) {
+func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, parse func(string) (K, error), opts ...FollowerOption) (*Follower[K], error) {
 	c := followerConfig{backoff: 100 * time.Millisecond, heartbeat: DefaultHeartbeat}
 	for _, o := range opts {
 		o(&c)
@@ -191,7 +206,7 @@ func NewFollower[K comparable, V any](loader *guard.Loader[K, V], dsn, table, ke
 	if err != nil {
 		return nil, fmt.Errorf("postgres: follower: %w", err)
 	}
-	return &Follower[K, V]{loader: loader, conf: conf, table: table, key: keyColumn, parse: parse,
+	return &Follower[K]{loader: loader, conf: conf, table: table, key: keyColumn, parse: parse,
 		origin: c.origin, backoff: c.backoff, maxLag: c.maxLag, heartbeat: c.heartbeat, deadline: c.deadline,
 		resyncReq: make(chan struct{}, 1)}, nil
 }
@@ -208,7 +223,7 @@ func NewFollower[K comparable, V any](loader *guard.Loader[K, V], dsn, table, ke
 // The Follower's two connections show in pg_stat_activity with the
 // application_name "cuckooguard follower listen" and "cuckooguard
 // follower read", followed by the origin, unless the DSN sets one.
-func (f *Follower[K, V]) Run(ctx context.Context) error {
+func (f *Follower[K]) Run(ctx context.Context) error {
 	detach, err := f.loader.AttachFeed(f.requestResync)
 	if err != nil {
 		return fmt.Errorf("postgres: follower: %w", err)
@@ -251,7 +266,7 @@ func (f *Follower[K, V]) Run(ctx context.Context) error {
 
 // requestResync is the Loader's request for a fresh guard: the session
 // in progress ends, and the next one resyncs. It does not block.
-func (f *Follower[K, V]) requestResync() {
+func (f *Follower[K]) requestResync() {
 	select {
 	case f.resyncReq <- struct{}{}:
 	default: // one is pending already
@@ -260,7 +275,7 @@ func (f *Follower[K, V]) requestResync() {
 
 // session connects, resyncs and applies notifications until an error, or
 // until the Loader asks for a resync (errResync).
-func (f *Follower[K, V]) session(ctx context.Context) error {
+func (f *Follower[K]) session(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go func() {
@@ -278,7 +293,7 @@ func (f *Follower[K, V]) session(ctx context.Context) error {
 }
 
 // follow is one session: connect, LISTEN, resync, apply, with a heartbeat.
-func (f *Follower[K, V]) follow(ctx context.Context) error {
+func (f *Follower[K]) follow(ctx context.Context) error {
 	listen, err := f.connect(ctx, "listen")
 	if err != nil {
 		return err
@@ -393,7 +408,7 @@ func (f *Follower[K, V]) follow(ctx context.Context) error {
 // rather than at the next heartbeat tick is what bounds the time from a
 // silent fault to pass-through by the heartbeat plus the max lag (the
 // deadline, with the defaults), not that and one more heartbeat.
-func (f *Follower[K, V]) wake(hb *heartbeats, next time.Time) time.Time {
+func (f *Follower[K]) wake(hb *heartbeats, next time.Time) time.Time {
 	const past = time.Millisecond // the checks compare with >: be past the moment
 	w := next
 	if len(hb.out) > 0 {
@@ -452,7 +467,7 @@ func (hb *heartbeats) back(seq int64, now time.Time) bool {
 }
 
 // notification handles one payload.
-func (f *Follower[K, V]) notification(payload string, sn Snapshot, hb *heartbeats, now time.Time) error {
+func (f *Follower[K]) notification(payload string, sn Snapshot, hb *heartbeats, now time.Time) error {
 	c, err := ParseChange(payload)
 	if err != nil {
 		return err // a payload we do not understand: start over
@@ -492,7 +507,7 @@ func (f *Follower[K, V]) notification(payload string, sn Snapshot, hb *heartbeat
 }
 
 // checkLag moves between Following and Behind by the heartbeat lag.
-func (f *Follower[K, V]) checkLag(lag time.Duration) {
+func (f *Follower[K]) checkLag(lag time.Duration) {
 	f.lag.Store(int64(lag))
 	switch st := State(f.state.Load()); {
 	case st == Following && lag > f.maxLag:
@@ -508,7 +523,7 @@ func (f *Follower[K, V]) checkLag(lag time.Duration) {
 
 // connect opens a connection, within the heartbeat deadline: a database
 // that does not answer is a failure like any other.
-func (f *Follower[K, V]) connect(ctx context.Context, role string) (*pgx.Conn, error) {
+func (f *Follower[K]) connect(ctx context.Context, role string) (*pgx.Conn, error) {
 	cctx, cancel := context.WithTimeout(ctx, f.deadline)
 	defer cancel()
 	conf := f.conf.Copy()
@@ -529,7 +544,7 @@ func (f *Follower[K, V]) connect(ctx context.Context, role string) (*pgx.Conn, e
 
 // notify sends payload on the follower's channel through c, within the
 // heartbeat deadline.
-func (f *Follower[K, V]) notify(ctx context.Context, c *pgx.Conn, payload string) error {
+func (f *Follower[K]) notify(ctx context.Context, c *pgx.Conn, payload string) error {
 	nctx, cancel := context.WithTimeout(ctx, f.deadline)
 	defer cancel()
 	if _, err := c.Exec(nctx, `SELECT pg_notify($1, $2)`, Channel(f.table), payload); err != nil {
@@ -548,7 +563,7 @@ func (f *Follower[K, V]) notify(ctx context.Context, c *pgx.Conn, payload string
 // either committed before the snapshot (and the read sees it) or reaches
 // the fresh guard directly. Taken earlier, an insert that had added its key
 // to the old guard only and committed after the snapshot would be lost.
-func (f *Follower[K, V]) resync(ctx context.Context, reader *pgx.Conn) (Snapshot, string, error) {
+func (f *Follower[K]) resync(ctx context.Context, reader *pgx.Conn) (Snapshot, string, error) {
 	query := fmt.Sprintf("SELECT %s::text FROM %s",
 		pgx.Identifier{f.key}.Sanitize(), sanitizeTable(f.table))
 	var sn Snapshot
@@ -589,7 +604,7 @@ func (f *Follower[K, V]) resync(ctx context.Context, reader *pgx.Conn) (Snapshot
 }
 
 // apply applies one change to the Loader.
-func (f *Follower[K, V]) apply(c Change) error {
+func (f *Follower[K]) apply(c Change) error {
 	parse := func(s string) (K, error) {
 		k, err := f.parse(s)
 		if err != nil {
@@ -602,7 +617,7 @@ func (f *Follower[K, V]) apply(c Change) error {
 		if err != nil {
 			return err
 		}
-		if err := f.loader.Apply(guard.Change[K]{Key: old, Deleted: true}); err != nil {
+		if err := f.loader.Apply(guarded.Change[K]{Key: old, Deleted: true}); err != nil {
 			return err
 		}
 	}
@@ -610,7 +625,7 @@ func (f *Follower[K, V]) apply(c Change) error {
 	if err != nil {
 		return err
 	}
-	return f.loader.Apply(guard.Change[K]{Key: k, Deleted: c.Op == Delete})
+	return f.loader.Apply(guarded.Change[K]{Key: k, Deleted: c.Op == Delete})
 }
 
 // FollowerStats describes a Follower.
@@ -630,7 +645,7 @@ type FollowerStats struct {
 }
 
 // Stats returns the Follower's statistics.
-func (f *Follower[K, V]) Stats() FollowerStats {
+func (f *Follower[K]) Stats() FollowerStats {
 	f.mu.Lock()
 	lastErr := f.lastErr
 	f.mu.Unlock()

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/internal/tcpproxy"
 )
 
@@ -26,8 +27,8 @@ import (
 type replica struct {
 	id       string
 	pool     *pgxpool.Pool
-	loader   *guard.Loader[int64, string]
-	follower *Follower[int64, string]
+	loader   *guarded.Loader[int64, string]
+	follower *Follower[int64]
 	stop     context.CancelFunc
 	done     chan error
 }
@@ -58,9 +59,9 @@ func startReplicaVia(t *testing.T, dsn, followDSN, id string, opts ...FollowerOp
 		err := pool.QueryRow(ctx, `SELECT name FROM users WHERE id = $1`, id).Scan(&name)
 		return name, err
 	}
-	l, err := guard.NewLoader(g, lookup,
-		guard.WithNotFound(func(err error) bool { return errors.Is(err, pgx.ErrNoRows) }),
-		guard.WithLogger(slog.New(slog.DiscardHandler)))
+	l, err := guarded.New(g, guarded.GetterFunc[int64, string](lookup),
+		guarded.WithNotFound(func(err error) bool { return errors.Is(err, pgx.ErrNoRows) }),
+		guarded.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +283,7 @@ func TestReplicasFollowEachOther(t *testing.T) {
 						mu.Lock()
 						at, ok := committedAt[id]
 						mu.Unlock()
-						if _, err := rep.loader.Get(ctx, id); errors.Is(err, guard.ErrNotFound) && ok && time.Since(at) > bound {
+						if _, err := rep.loader.Get(ctx, id); errors.Is(err, guarded.ErrNotFound) && ok && time.Since(at) > bound {
 							mu.Lock()
 							_, still := committedAt[id]
 							mu.Unlock()
@@ -550,7 +551,7 @@ func TestFollowerCannotListen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := guard.NewLoader(g, func(context.Context, int64) (string, error) { return "", nil })
+	l, err := guarded.New(g, guarded.GetterFunc[int64, string](func(context.Context, int64) (string, error) { return "", nil }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -593,7 +594,7 @@ func TestFollowerNotInstalled(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := guard.NewLoader(g, func(context.Context, int64) (string, error) { return "", nil })
+		l, err := guarded.New(g, guarded.GetterFunc[int64, string](func(context.Context, int64) (string, error) { return "", nil }))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -157,9 +157,9 @@ func quoteLiteral(s string) string {
 // TagOrigin marks the writes of transaction tx as made by origin (a
 // replica's id), for the rest of tx: the notifications they cause carry
 // it, and the follower of that replica skips the inserts among them,
-// because its own guard.Loader added their keys before writing. Tag only
-// transactions that run inside [guard.Loader.Insert] or
-// [guard.Loader.Delete]: a tagged insert made around the Loader would be
+// because its own guarded.Loader added their keys before writing. Tag only
+// transactions that run inside guarded.Loader.Insert or
+// guarded.Loader.Delete: a tagged insert made around the Loader would be
 // missing from this replica's guard. An untagged write through the Loader
 // costs only an extra copy of its key (a false positive). With database/sql, run the same
 // statement in the transaction: SELECT set_config('cuckooguard.origin', $1, true).

@@ -25,6 +25,7 @@ import (
 
 	"github.com/cuckooguard/cuckooguard/examples/userdb"
 	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/metrics"
 	"github.com/cuckooguard/cuckooguard/metrics/pgmetrics"
 	"github.com/cuckooguard/cuckooguard/middleware"
@@ -36,9 +37,9 @@ import (
 // keeps its guard in step with the rows the others write.
 type app struct {
 	db       *userdb.DB
-	loader   *guard.Loader[int64, userdb.User]
+	loader   *guarded.Loader[int64, userdb.User]
 	mw       *middleware.Middleware[int64]
-	follower *postgres.Follower[int64, userdb.User] // nil on SQLite
+	follower *postgres.Follower[int64] // nil on SQLite
 	log      *slog.Logger
 	srv      *http.Server
 	filled   chan struct{} // closed when the warm-up (or the follower) ends
@@ -96,13 +97,13 @@ func newApp(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err erro
 		return nil, err
 	}
 	closers = append(closers, g.Close)
-	opts := []guard.LoaderOption{guard.WithBatchLookup(db.LookupMany), guard.WithLogger(log)}
+	store := guarded.Funcs[int64, userdb.User]{Lookup: db.Lookup, LookupMany: db.LookupMany}
 	if !replica {
 		// On PostgreSQL the follower reads the table, under a snapshot
 		// that tells which changes the read saw.
-		opts = append(opts, guard.WithKeySource(db.IDs))
+		store.ListKeys = db.IDs
 	}
-	loader, err := guard.NewLoader(g, db.Lookup, opts...)
+	loader, err := guarded.New(g, store, guarded.WithLogger(log))
 	if err != nil {
 		return nil, err
 	}
@@ -270,7 +271,7 @@ func (a *app) getUser(w http.ResponseWriter, r *http.Request) {
 	}
 	u, err := a.loader.Get(r.Context(), id)
 	switch {
-	case errors.Is(err, guard.ErrNotFound):
+	case errors.Is(err, guarded.ErrNotFound):
 		problem(w, http.StatusNotFound, "")
 	case err != nil:
 		a.storeError(w, r, "get user", id, err)
@@ -317,7 +318,7 @@ func (a *app) getUsers(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case err == nil:
 			resp.Users = append(resp.Users, users[i])
-		case errors.Is(err, guard.ErrNotFound):
+		case errors.Is(err, guarded.ErrNotFound):
 			resp.Missing = append(resp.Missing, ids[i])
 		default:
 			a.storeError(w, r, "get users", ids[i], err)
@@ -481,7 +482,7 @@ func (a *app) guardVars() map[string]any {
 		"passed":             ms.Passed,
 		"store_calls":        ls.StoreCalls,
 		"db_lookups":         a.db.Lookups.Load(),
-		"avoided":            ls.Avoided,
+		"avoided":            ls.Avoided + ms.Rejected, // answered without a query: by the middleware (GET /users/{id}) or by GetMany
 		"false_positives":    ls.FalsePositives,
 		"observed_fpr":       ls.ObservedFPR,
 		"estimated_fpr":      ls.Guard.EstimatedFPR,

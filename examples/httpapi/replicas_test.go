@@ -214,8 +214,8 @@ func TestReplicasBlackBox(t *testing.T) {
 	if code := get(c, b.base+"/users/77777777"); code != 404 {
 		t.Fatalf("b: GET of an id nobody created = %d, want 404", code)
 	}
-	if v := b.metric(t, c, `cuckooguard_loader_lookups_total{result="avoided"}`); v < 1 {
-		t.Fatalf("b: avoided lookups %v after a 404 from the guard", v)
+	if v := b.metric(t, c, `cuckooguard_http_requests_total{result="rejected"}`); v < 1 {
+		t.Fatalf("b: %v requests rejected after a 404 from the guard", v)
 	}
 	if v := b.metric(t, c, `cuckooguard_follower_state{state="following"}`); v != 1 {
 		t.Fatalf("b: follower_state following = %v", v)

@@ -18,6 +18,7 @@ import (
 	"github.com/cuckooguard/cuckooguard/examples/internal/pgtest"
 	"github.com/cuckooguard/cuckooguard/examples/userdb"
 	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/internal/tcpproxy"
 )
 
@@ -51,19 +52,24 @@ func openDB(t testing.TB, dsn string) *userdb.DB {
 	return db
 }
 
-func newLoader(t *testing.T, db *userdb.DB, gopts ...guard.Option) *guard.Loader[int64, userdb.User] {
+func newLoader(t *testing.T, db *userdb.DB, gopts ...guard.Option) *guarded.Loader[int64, userdb.User] {
 	t.Helper()
 	return newLoaderWith(t, db, gopts)
 }
 
-func newLoaderWith(t *testing.T, db *userdb.DB, gopts []guard.Option, lopts ...guard.LoaderOption) *guard.Loader[int64, userdb.User] {
+// usersStore is the users table as the Loader's store: one row, many rows
+// in one query, and every id for rebuilds.
+func usersStore(db *userdb.DB) guarded.Funcs[int64, userdb.User] {
+	return guarded.Funcs[int64, userdb.User]{Lookup: db.Lookup, LookupMany: db.LookupMany, ListKeys: db.IDs}
+}
+
+func newLoaderWith(t *testing.T, db *userdb.DB, gopts []guard.Option, lopts ...guarded.Option) *guarded.Loader[int64, userdb.User] {
 	t.Helper()
 	g, err := guard.New(gopts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lopts = append([]guard.LoaderOption{guard.WithKeySource(db.IDs)}, lopts...)
-	l, err := guard.NewLoader(g, db.Lookup, lopts...)
+	l, err := guarded.New(g, usersStore(db), lopts...)
 	if err != nil {
 		g.Close()
 		t.Fatal(err)
@@ -93,7 +99,7 @@ func TestWarmUpFromSelect(t *testing.T) {
 			}
 		}
 		for id := int64(rows + 1); id <= rows+20_000; id++ {
-			if _, err := l.Get(ctx, id); !errors.Is(err, guard.ErrNotFound) {
+			if _, err := l.Get(ctx, id); !errors.Is(err, guarded.ErrNotFound) {
 				t.Fatalf("Get(%d) = %v, want ErrNotFound", id, err)
 			}
 		}
@@ -139,7 +145,7 @@ func TestFailedWriteRollsBack(t *testing.T) {
 		if err == nil || l.Guard().Len() != n {
 			t.Fatalf("rolled-back transaction: err %v, guard %d keys, want %d", err, l.Guard().Len(), n)
 		}
-		if _, err := l.Get(ctx, 2); !errors.Is(err, guard.ErrNotFound) {
+		if _, err := l.Get(ctx, 2); !errors.Is(err, guarded.ErrNotFound) {
 			t.Fatalf("Get(2) = %v", err)
 		}
 		if u, err := l.Get(ctx, 1); err != nil || u.Name != "a" {
@@ -153,7 +159,7 @@ func TestFailedWriteRollsBack(t *testing.T) {
 // returned (and whose delete had not begun) says ErrNotFound. The number of
 // goroutines follows GOMAXPROCS (two per core, 4 to 32); the total work
 // does not.
-func runWorkload(t *testing.T, l *guard.Loader[int64, userdb.User], db *userdb.DB, base int64, total int) {
+func runWorkload(t *testing.T, l *guarded.Loader[int64, userdb.User], db *userdb.DB, base int64, total int) {
 	t.Helper()
 	ctx := context.Background()
 	seed := uint64(time.Now().UnixNano())
@@ -194,7 +200,7 @@ func runWorkload(t *testing.T, l *guard.Loader[int64, userdb.User], db *userdb.D
 						return
 					}
 				default:
-					if _, err := l.Get(ctx, -1-r.Int64N(1<<40)); !errors.Is(err, guard.ErrNotFound) {
+					if _, err := l.Get(ctx, -1-r.Int64N(1<<40)); !errors.Is(err, guarded.ErrNotFound) {
 						errc <- fmt.Errorf("Get of an absent id: %v", err)
 						return
 					}
@@ -255,7 +261,7 @@ func TestRebuildUnderLoad(t *testing.T) {
 		g.Close()
 		// A rebuilt guard inherits the cap; this one lifts it.
 		l := newLoaderWith(t, db, []guard.Option{guard.WithCapacity(1000), guard.WithShards(2), guard.WithMaxBytes(limit)},
-			guard.WithRebuildOptions(guard.WithMaxBytes(0)))
+			guarded.WithRebuildGuard(func(old *guard.Guard, n int) (*guard.Guard, error) { return old.Fresh(n, guard.WithMaxBytes(0)) }))
 		if err := l.Fill(ctx, db.IDs(ctx)); err != nil {
 			t.Fatal(err)
 		}
@@ -285,12 +291,12 @@ func TestRebuildUnderLoad(t *testing.T) {
 // function returns.
 func TestAmbiguousWriteKeepsKey(t *testing.T) {
 	ctx := context.Background()
-	check := func(t *testing.T, l *guard.Loader[int64, userdb.User], db *userdb.DB, id int64, werr error) {
+	check := func(t *testing.T, l *guarded.Loader[int64, userdb.User], db *userdb.DB, id int64, werr error) {
 		t.Helper()
 		if werr == nil {
 			t.Fatal("the write reported success; the test needs an ambiguous outcome")
 		}
-		t.Logf("write error: %v (NotWritten: %v)", werr, guard.NotWritten(werr))
+		t.Logf("write error: %v (NotWritten: %v)", werr, guarded.NotWritten(werr))
 		if _, err := db.Lookup(ctx, id); err != nil {
 			t.Fatalf("the row was not committed (%v); the test needs a committed row", err)
 		}
@@ -404,7 +410,7 @@ func TestGetManyOneStoreCall(t *testing.T) {
 		if err := db.Seed(ctx, 500, nil); err != nil {
 			t.Fatal(err)
 		}
-		l := newLoaderWith(t, db, []guard.Option{guard.WithCapacity(1000)}, guard.WithBatchLookup(db.LookupMany))
+		l := newLoaderWith(t, db, []guard.Option{guard.WithCapacity(1000)})
 		if err := l.Fill(ctx, db.IDs(ctx)); err != nil {
 			t.Fatal(err)
 		}
@@ -419,7 +425,7 @@ func TestGetManyOneStoreCall(t *testing.T) {
 			switch {
 			case id <= 500 && (errs[i] != nil || users[i].ID != id):
 				t.Fatalf("id %d: %+v, %v", id, users[i], errs[i])
-			case id > 500 && !errors.Is(errs[i], guard.ErrNotFound):
+			case id > 500 && !errors.Is(errs[i], guarded.ErrNotFound):
 				t.Fatalf("absent id %d: %+v, %v", id, users[i], errs[i])
 			}
 		}

@@ -5,7 +5,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/cuckooguard/cuckooguard/examples/userdb"
 	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/guarded"
 )
 
 // BenchmarkPresentLookup measures what the Loader adds to the lookup of a
@@ -24,7 +26,7 @@ func BenchmarkPresentLookup(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	l, err := guard.NewLoader(g, db.Lookup)
+	l, err := guarded.New(g, guarded.GetterFunc[int64, userdb.User](db.Lookup))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/cuckooguard/cuckooguard/examples/userdb"
 	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/guarded"
 )
 
 func main() {
@@ -66,9 +67,8 @@ func run(ctx context.Context, dsn string, rows int64, lookups int, absent float6
 	if err != nil {
 		return err
 	}
-	loader, err := guard.NewLoader(g, db.Lookup,
-		guard.WithKeySource(db.IDs),
-		guard.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))))
+	loader, err := guarded.New(g, guarded.Funcs[int64, userdb.User]{Lookup: db.Lookup, ListKeys: db.IDs},
+		guarded.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))))
 	if err != nil {
 		g.Close()
 		return err
@@ -91,7 +91,7 @@ func run(ctx context.Context, dsn string, rows int64, lookups int, absent float6
 		switch {
 		case err == nil:
 			found++
-		case errors.Is(err, guard.ErrNotFound):
+		case errors.Is(err, guarded.ErrNotFound):
 			missing++
 		default:
 			return err

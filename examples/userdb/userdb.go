@@ -42,7 +42,7 @@ type DB struct {
 	// Origin, if set, tags the rows Insert creates on PostgreSQL with this
 	// process's origin (postgres.TagOrigin), so that its follower skips
 	// their notifications: its Loader added their keys already. Set it
-	// only when every Insert runs inside guard.Loader.Insert, and to a
+	// only when every Insert runs inside guarded.Loader.Insert, and to a
 	// value no other process uses.
 	Origin string
 }

@@ -16,7 +16,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // A *postgres.Follower is what the collector watches.
-var _ pgmetrics.FollowerStatser = (*postgres.Follower[int64, string])(nil)
+var _ pgmetrics.FollowerStatser = (*postgres.Follower[int64])(nil)
 
 // fixed is a follower whose statistics the test sets.
 type fixed struct{ st postgres.FollowerStats }

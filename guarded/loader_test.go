@@ -1,4 +1,4 @@
-package guard
+package guarded
 
 import (
 	"bytes"
@@ -10,11 +10,14 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/cuckooguard/cuckooguard/guard"
 )
 
 // memStore is an in-memory store with a counted lookup.
@@ -70,14 +73,33 @@ func (s *memStore[K]) keys(ctx context.Context) iter.Seq2[K, error] {
 	}
 }
 
-func newTestLoader[K comparable](t *testing.T, s *memStore[K], gopts []Option, opts ...LoaderOption) *Loader[K, string] {
+// getter adapts f to a Getter, its types inferred.
+func getter[K comparable, V any](f func(context.Context, K) (V, error)) Getter[K, V] {
+	return GetterFunc[K, V](f)
+}
+
+// withKeys is s as a KeyLister: rebuilds read every key of s.
+func (s *memStore[K]) withKeys() Funcs[K, string] {
+	return Funcs[K, string]{Lookup: s.lookup, ListKeys: s.keys}
+}
+
+// uncapped rebuilds a guard without its memory cap.
+func uncapped(old *guard.Guard, n int) (*guard.Guard, error) {
+	return old.Fresh(n, guard.WithMaxBytes(0))
+}
+
+// Get makes a *memStore a Getter without a key source.
+func (s *memStore[K]) Get(ctx context.Context, k K) (string, error) { return s.lookup(ctx, k) }
+
+// newTestLoader returns a Loader over store with a guard made of gopts.
+func newTestLoader[K comparable](t *testing.T, store Getter[K, string], gopts []guard.Option, opts ...Option) *Loader[K, string] {
 	t.Helper()
-	g, err := New(gopts...)
+	g, err := guard.New(gopts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts = append([]LoaderOption{WithLogger(slog.New(slog.DiscardHandler))}, opts...)
-	l, err := NewLoader(g, s.lookup, opts...)
+	opts = append([]Option{WithLogger(slog.New(slog.DiscardHandler))}, opts...)
+	l, err := New(g, store, opts...)
 	if err != nil {
 		g.Close()
 		t.Fatal(err)
@@ -93,7 +115,7 @@ func TestLoaderWarmUpAndShortCircuit(t *testing.T) {
 		s.put("u"+strconv.Itoa(i), "row"+strconv.Itoa(i))
 	}
 	var progress atomic.Int64
-	l := newTestLoader(t, s, []Option{WithCapacity(1000)}, WithFillProgress(func(n int64) { progress.Store(n) }))
+	l := newTestLoader(t, s, []guard.Option{guard.WithCapacity(1000)}, WithFillProgress(func(n int64) { progress.Store(n) }))
 
 	// Not ready: an absent key reaches the store.
 	if _, err := l.Get(ctx, "nobody"); !errors.Is(err, ErrNotFound) {
@@ -161,11 +183,11 @@ func testCoalesce(t *testing.T, leaderLeaves bool) {
 			return "", ctx.Err()
 		}
 	}
-	g, err := New()
+	g, err := guard.New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := NewLoader(g, lookup)
+	l, err := New(g, getter(lookup))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,9 +365,23 @@ type compound struct {
 	b string
 }
 
+// encoded is a compound key that implements Key.
+type encoded compound
+
+func (e encoded) AppendKey(b []byte) []byte {
+	return append(strconv.AppendInt(b, int64(e.a), 10), append([]byte{'/'}, e.b...)...)
+}
+
+// caseless is a string key that ignores case.
+type caseless string
+
+func (c caseless) AppendKey(b []byte) []byte {
+	return append(b, strings.ToLower(string(c))...)
+}
+
 func TestLoaderKeyTypes(t *testing.T) {
 	ctx := context.Background()
-	g := func() *Guard { return mustNew(t, WithSeed(7)) } // each Loader owns its guard
+	g := func() *guard.Guard { return mustNew(t, guard.WithSeed(7)) } // each Loader owns its guard
 	check := func(t *testing.T, err error) {
 		t.Helper()
 		if err != nil {
@@ -353,7 +389,7 @@ func TestLoaderKeyTypes(t *testing.T) {
 		}
 	}
 	t.Run("named string", func(t *testing.T) {
-		l, err := NewLoader(g(), func(context.Context, userID) (int, error) { return 1, nil })
+		l, err := New(g(), getter(func(context.Context, userID) (int, error) { return 1, nil }))
 		check(t, err)
 		if l.Hash("a") != l.Guard().HashString("a") {
 			t.Fatalf("a userID key does not hash as its string")
@@ -364,9 +400,9 @@ func TestLoaderKeyTypes(t *testing.T) {
 		}
 	})
 	t.Run("int32", func(t *testing.T) {
-		l, err := NewLoader(g(), func(context.Context, int32) (int, error) { return 1, nil })
+		l, err := New(g(), getter(func(context.Context, int32) (int, error) { return 1, nil }))
 		check(t, err)
-		l64, err := NewLoader(g(), func(context.Context, int64) (int, error) { return 1, nil })
+		l64, err := New(g(), getter(func(context.Context, int64) (int, error) { return 1, nil }))
 		check(t, err)
 		if l.Hash(-5) != l64.Hash(-5) || l.Hash(5) == l.Hash(6) {
 			t.Fatalf("integer keys do not hash by value")
@@ -376,62 +412,70 @@ func TestLoaderKeyTypes(t *testing.T) {
 		}
 	})
 	t.Run("uint16 and byte array", func(t *testing.T) {
-		lu, err := NewLoader(g(), func(context.Context, uint16) (int, error) { return 1, nil })
+		lu, err := New(g(), getter(func(context.Context, uint16) (int, error) { return 1, nil }))
 		check(t, err)
 		if lu.Hash(65535) != hashUint64(lu.Guard(), 65535) {
 			t.Fatalf("uint16 key hashes wrongly")
 		}
-		la, err := NewLoader(g(), func(context.Context, [4]byte) (int, error) { return 1, nil })
+		la, err := New(g(), getter(func(context.Context, [4]byte) (int, error) { return 1, nil }))
 		check(t, err)
 		if la.Hash([4]byte{1, 2, 3, 4}) != la.Guard().Hash([]byte{1, 2, 3, 4}) {
 			t.Fatalf("a byte-array key does not hash as its bytes")
 		}
 	})
-	t.Run("struct needs WithKeyBytes", func(t *testing.T) {
+	t.Run("struct needs Key", func(t *testing.T) {
 		lookup := func(context.Context, compound) (int, error) { return 1, nil }
-		if _, err := NewLoader(g(), lookup); err == nil {
-			t.Fatalf("NewLoader accepted a struct key without WithKeyBytes")
+		if _, err := New(g(), getter(lookup)); err == nil {
+			t.Fatalf("New accepted a struct key that does not implement Key")
+		} else {
+			t.Log(err)
 		}
-		l, err := NewLoader(g(), lookup, WithKeyBytes(func(c compound) []byte { return []byte(strconv.Itoa(c.a) + "/" + c.b) }))
+		l, err := New(g(), getter(func(context.Context, encoded) (int, error) { return 1, nil }))
 		check(t, err)
 		l.MarkReady()
-		if err := l.Insert(ctx, compound{1, "x"}, func(context.Context) error { return nil }); err != nil {
+		if err := l.Insert(ctx, encoded{1, "x"}, func(context.Context) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
-		if !l.MayContain(compound{1, "x"}) {
+		if !l.MayContain(encoded{1, "x"}) {
 			t.Fatalf("false negative with a custom encoder")
 		}
-		if _, err := NewLoader(g(), lookup, WithKeyBytes(func(s string) []byte { return []byte(s) })); err == nil {
-			t.Fatalf("NewLoader accepted an encoder for the wrong key type")
+		if l.Hash(encoded{1, "x"}) != l.Guard().Hash([]byte("1/x")) {
+			t.Fatalf("a Key hashes as something else than its AppendKey bytes")
+		}
+		// A Key wins over the underlying type's own encoding.
+		lc, err := New(g(), getter(func(context.Context, caseless) (int, error) { return 1, nil }))
+		check(t, err)
+		if lc.Hash("ABC") != lc.Hash("abc") || lc.Hash("abc") == lc.Guard().HashString("ABC") {
+			t.Fatalf("a string type that implements Key is not hashed by it")
 		}
 	})
 	t.Run("bad options", func(t *testing.T) {
 		lookup := func(context.Context, string) (int, error) { return 1, nil }
-		for _, o := range []LoaderOption{WithMaxFPR(0), WithLoadTimeout(-time.Second), WithNegativeCache(10, 0), WithFillWorkers(0)} {
-			if _, err := NewLoader(g(), lookup, o); err == nil {
-				t.Errorf("NewLoader accepted an invalid option")
+		for _, o := range []Option{WithMaxFPR(0), WithLoadTimeout(-time.Second), WithNegativeCache(10, 0), WithFillWorkers(0)} {
+			if _, err := New(g(), getter(lookup), o); err == nil {
+				t.Errorf("New accepted an invalid option")
 			}
 		}
-		if _, err := NewLoader[string, int](nil, lookup); err == nil {
-			t.Errorf("NewLoader accepted a nil guard")
+		if _, err := New[string, int](nil, getter(lookup)); err == nil {
+			t.Errorf("New accepted a nil guard")
 		}
-		for _, o := range []LoaderOption{WithRollback(nil), WithNotFound(nil), WithLogger(nil)} {
-			if _, err := NewLoader(g(), lookup, o); err == nil {
-				t.Errorf("NewLoader accepted a nil function or logger")
+		for _, o := range []Option{WithRollback(nil), WithNotFound(nil), WithLogger(nil)} {
+			if _, err := New(g(), getter(lookup), o); err == nil {
+				t.Errorf("New accepted a nil function or logger")
 			}
 		}
 	})
 	t.Run("one Loader per guard", func(t *testing.T) {
 		lookup := func(context.Context, string) (int, error) { return 1, nil }
 		shared := g()
-		if _, err := NewLoader(shared, lookup, WithMaxFPR(0)); err == nil {
-			t.Fatal("NewLoader accepted an invalid option")
+		if _, err := New(shared, getter(lookup), WithMaxFPR(0)); err == nil {
+			t.Fatal("New accepted an invalid option")
 		}
-		// The failed NewLoader did not claim the guard; this one does.
-		if _, err := NewLoader(shared, lookup); err != nil {
+		// The failed New did not claim the guard; this one does.
+		if _, err := New(shared, getter(lookup)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := NewLoader(shared, lookup); err == nil {
+		if _, err := New(shared, getter(lookup)); err == nil {
 			t.Fatal("a second Loader took a guard that the first one closes")
 		}
 	})
@@ -440,14 +484,14 @@ func TestLoaderKeyTypes(t *testing.T) {
 // TestLoaderConcurrentModel runs inserts, deletes and gets from many
 // goroutines against an in-memory store, with a guard that starts small
 // under a tight memory cap, so that shards saturate, pass through and get
-// rebuilt (without the cap: WithRebuildOptions lifts it). A row whose
+// rebuilt (without the cap: WithRebuildGuard lifts it). A row whose
 // Insert returned must never read ErrNotFound until its Delete begins.
 func TestLoaderConcurrentModel(t *testing.T) {
 	seed := testSeed(t)
 	ctx := context.Background()
 	s := newMemStore[string]()
-	l := newTestLoader(t, s, []Option{WithCapacity(1000), WithShards(2), WithMaxBytes(8 << 10), WithSeed(seed)},
-		WithKeySource(s.keys), WithNegativeCache(1000, time.Minute), WithRebuildOptions(WithMaxBytes(0)))
+	l := newTestLoader(t, s.withKeys(), []guard.Option{guard.WithCapacity(1000), guard.WithShards(2), guard.WithMaxBytes(8 << 10), guard.WithSeed(seed)},
+		WithNegativeCache(1000, time.Minute), WithRebuildGuard(uncapped))
 	if err := l.Fill(ctx, s.keys(ctx)); err != nil {
 		t.Fatal(err)
 	}
@@ -526,8 +570,8 @@ func TestLoaderRebuildDuringFill(t *testing.T) {
 		for i := range 5000 {
 			s.put(i, "r")
 		}
-		l := newTestLoader(t, s, []Option{WithCapacity(500), WithShards(2), WithMaxBytes(3000)}, WithKeySource(s.keys), WithFillWorkers(2),
-			WithRebuildOptions(WithMaxBytes(0)))
+		l := newTestLoader(t, s.withKeys(), []guard.Option{guard.WithCapacity(500), guard.WithShards(2), guard.WithMaxBytes(3000)}, WithFillWorkers(2),
+			WithRebuildGuard(uncapped))
 		if err := l.Fill(ctx, s.keys(ctx)); err != nil {
 			t.Fatalf("round %d: Fill: %v", round, err)
 		}
@@ -552,7 +596,7 @@ func TestLoaderRebuildDuringFill(t *testing.T) {
 func TestLoaderCatchUpAfterRestore(t *testing.T) {
 	ctx := context.Background()
 	s := newMemStore[int]()
-	g := mustNew(t, WithSeed(5))
+	g := mustNew(t, guard.WithSeed(5))
 	for i := range 1000 {
 		s.put(i, "r")
 		if err := g.AddHash(hashUint64(g, uint64(i))); err != nil {
@@ -573,11 +617,11 @@ func TestLoaderCatchUpAfterRestore(t *testing.T) {
 		s.del(i)
 		changes = append(changes, Change[int]{Key: i, Deleted: true})
 	}
-	r, err := Restore(&snap)
+	r, err := guard.Restore(&snap)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := NewLoader(r, s.lookup, WithLogger(slog.New(slog.DiscardHandler)))
+	l, err := New(r, getter(s.lookup), WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -626,7 +670,7 @@ func seqOf[T any](xs []T) iter.Seq2[T, error] {
 func TestLoaderApplyInvalidateResync(t *testing.T) {
 	ctx := context.Background()
 	s := newMemStore[int]()
-	l := newTestLoader(t, s, []Option{WithCapacity(1000)})
+	l := newTestLoader(t, s, []guard.Option{guard.WithCapacity(1000)})
 	if err := l.Apply(Change[int]{Key: 1}); !errors.Is(err, errNoFeed) {
 		t.Fatalf("Apply without a feed = %v, want an error", err)
 	}
@@ -710,5 +754,30 @@ func TestLoaderApplyInvalidateResync(t *testing.T) {
 	}
 	if _, err := l.AttachFeed(func() {}); err != nil {
 		t.Fatalf("AttachFeed after detach: %v", err)
+	}
+}
+
+// TestMayContainCountsNothing checks that asking (MayContain) leaves the
+// lookup counters alone, so that middleware plus Get counts a request
+// once.
+func TestMayContainCountsNothing(t *testing.T) {
+	ctx := context.Background()
+	s := newMemStore[int]()
+	s.put(1, "one")
+	l := newTestLoader(t, s, nil)
+	l.MayContain(1) // not ready: would have counted as passed through
+	if err := l.Fill(ctx, s.keys(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 1000 {
+		l.MayContain(i)
+	}
+	st := l.Stats()
+	if st.Avoided+st.LetThrough+st.PassedThrough+st.NegativeCacheHits != 0 {
+		t.Fatalf("MayContain changed the lookup counters: %+v", st)
+	}
+	l.Get(ctx, 1)
+	if st := l.Stats(); st.LetThrough != 1 {
+		t.Fatalf("Get of a present key: let through %d, want 1", st.LetThrough)
 	}
 }

@@ -1,4 +1,4 @@
-package guard
+package guarded
 
 import (
 	"bytes"
@@ -9,12 +9,15 @@ import (
 	"math/rand/v2"
 	"net"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/cuckooguard/cuckooguard/guard"
 )
 
 // The tests in this file check the copy-count rule of the Loader: a guard
@@ -24,7 +27,7 @@ import (
 
 // collisionOpts makes small guards in which colliding keys are quick to
 // find; every guard made with them hashes alike.
-var collisionOpts = []Option{WithSeed(12345), WithShards(1), WithCapacity(10)}
+var collisionOpts = []guard.Option{guard.WithSeed(12345), guard.WithShards(1), guard.WithCapacity(10)}
 
 // collidingKey returns an integer key other than y that a guard holding
 // only y reports present: its slot value equals y's in one of their
@@ -147,11 +150,11 @@ func TestLoaderCatchUpReplaysOwnDelete(t *testing.T) {
 	if _, err := g.WriteTo(&snap); err != nil {
 		t.Fatal(err)
 	}
-	rg, err := Restore(&snap)
+	rg, err := guard.Restore(&snap)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := NewLoader(rg, s.lookup)
+	l, err := New(rg, getter(s.lookup))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,11 +251,11 @@ func TestLoaderConcurrentInsertsOfOneKey(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		s := newMemStore[int]()
-		g, err := New(WithCapacity(100_000))
+		g, err := guard.New(guard.WithCapacity(100_000))
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := NewLoader(g, s.lookup)
+		l, err := New(g, getter(s.lookup))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -315,7 +318,8 @@ func TestLoaderConcurrentInsertsOfOneKey(t *testing.T) {
 func TestLoaderRebuildSizesFromKeys(t *testing.T) {
 	ctx := context.Background()
 	s := newMemStore[int]()
-	l := newTestLoader(t, s, []Option{WithCapacity(1000), WithGrowThreshold(0.8), WithMaxBytes(1 << 20)}, WithKeySource(s.keys))
+	l := newTestLoader(t, s.withKeys(), []guard.Option{guard.WithCapacity(1000), guard.WithGrowThreshold(0.8), guard.WithMaxBytes(1 << 20)})
+	seed := l.Guard().Seed()
 	l.MarkReady()
 	for i := range 50_000 {
 		if err := l.Insert(ctx, i, func(context.Context) error { s.put(i, "r"); return nil }); err != nil {
@@ -337,8 +341,11 @@ func TestLoaderRebuildSizesFromKeys(t *testing.T) {
 	if st.Items != 1000 || st.Slots > 4000 {
 		t.Fatalf("rebuilt guard: %d keys in %d slots (the grown one had %d); want 1000 keys in at most 4000", st.Items, st.Slots, grown)
 	}
-	if g.cfg.maxBytes != 1<<20 || g.cfg.growThreshold != 0.8 {
-		t.Fatalf("rebuilt guard lost its configuration: %+v", g.cfg)
+	if st.MaxBytes != 1<<20 || st.GrowThreshold != 0.8 {
+		t.Fatalf("rebuilt guard lost its configuration: memory cap %d, grow threshold %v", st.MaxBytes, st.GrowThreshold)
+	}
+	if g.Seed() != seed {
+		t.Fatalf("rebuilt guard has seed %d, the first one had %d", g.Seed(), seed)
 	}
 }
 
@@ -348,14 +355,14 @@ func TestLoaderRebuildSizesFromKeys(t *testing.T) {
 func TestLoaderRebuildUnderTooSmallCap(t *testing.T) {
 	ctx := context.Background()
 	s := newMemStore[int]()
-	g, err := New(WithCapacity(1000), WithShards(2))
+	g, err := guard.New(guard.WithCapacity(1000), guard.WithShards(2))
 	if err != nil {
 		t.Fatal(err)
 	}
 	limit := g.Stats().Bytes + 1000
 	g.Close()
 	now := time.Unix(0, 0) // the clock stands still: the backoff never ends
-	l := newTestLoader(t, s, []Option{WithCapacity(1000), WithShards(2), WithMaxBytes(limit)}, WithKeySource(s.keys),
+	l := newTestLoader(t, s.withKeys(), []guard.Option{guard.WithCapacity(1000), guard.WithShards(2), guard.WithMaxBytes(limit)},
 		withClock(func() time.Time { return now }))
 	l.MarkReady()
 	for i := range 20_000 {
@@ -403,7 +410,7 @@ func TestLoaderReplicasStress(t *testing.T) {
 	}
 	workers := max(runtime.GOMAXPROCS(0), 2)
 	perWorker := total / (replicas * workers)
-	opts := []Option{WithSeed(seed), WithShards(1), WithCapacity(64)}
+	opts := []guard.Option{guard.WithSeed(seed), guard.WithShards(1), guard.WithCapacity(64)}
 	keys := make([]int, total/2)
 	for i := range keys {
 		keys[i] = i + 1
@@ -422,11 +429,11 @@ func TestLoaderReplicasStress(t *testing.T) {
 	var checkedNotFound atomic.Int64
 	reps := make([]*replica, replicas)
 	for r := range replicas {
-		g, err := New(opts...)
+		g, err := guard.New(opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := NewLoader(g, tbl.lookup)
+		l, err := New(g, getter(tbl.lookup))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -522,7 +529,17 @@ func TestLoaderReplicasStress(t *testing.T) {
 // clusterCodec hashes integer keys so that the keys of each cluster of
 // four (k/4 equal) get the same hash: no guard can tell them apart, so a
 // removal of a key the guard does not hold takes a cluster mate's copy.
-var clusterCodec = keyCodec[int]{hash: func(_ *Guard, k int) uint64 { return mix(uint64(k/4) + 1) }}
+var clusterCodec = keyCodec[int]{hash: func(_ *guard.Guard, k int) uint64 { return splitmix(uint64(k/4) + 1) }}
+
+// splitmix is the SplitMix64 finalizer: a well-mixed hash of x.
+func splitmix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
 
 // logTable is a table whose commits append to a log, the change feed.
 type logTable struct {
@@ -694,5 +711,59 @@ func (rp *replica) follow(ctx context.Context, drain <-chan struct{}, rnd *rand.
 			}
 		}
 		rp.applied.Store(pos)
+	}
+}
+
+// TestLoaderErrors checks the errors a user sees: the sentinels compare
+// with errors.Is, and no message repeats a prefix.
+func TestLoaderErrors(t *testing.T) {
+	ctx := context.Background()
+	s := newMemStore[int]()
+	l := newTestLoader(t, s, nil)
+	l.MarkReady()
+	l.Close()
+	err := l.Insert(ctx, 1, func(context.Context) error { return nil })
+	if !errors.Is(err, ErrClosed) || err.Error() != "guarded: closed" {
+		t.Fatalf("Insert after Close = %q, want ErrClosed", err)
+	}
+	if err := l.Fill(ctx, seqOf([]int{1})); !errors.Is(err, ErrClosed) || err.Error() != "guarded: closed" {
+		t.Fatalf("Fill after Close = %q, want ErrClosed", err)
+	}
+	boom := errors.New("userdb: list ids: connection refused")
+	l2 := newTestLoader(t, s, nil)
+	err = l2.Fill(ctx, func(yield func(int, error) bool) { yield(0, boom) })
+	if !errors.Is(err, boom) || err.Error() != "guarded: fill: userdb: list ids: connection refused" {
+		t.Fatalf("Fill with a failing source = %q", err)
+	}
+}
+
+// TestLoaderRebuildGuard checks WithRebuildGuard: the rebuild uses the
+// function's guard, and refuses one whose seed differs from the old
+// guard's (keys would hash differently in the two).
+func TestLoaderRebuildGuard(t *testing.T) {
+	ctx := context.Background()
+	s := newMemStore[int]()
+	for i := range 100 {
+		s.put(i, "r")
+	}
+	var asked atomic.Int64
+	l := newTestLoader(t, s.withKeys(), []guard.Option{guard.WithCapacity(1000)}, WithRebuildGuard(func(old *guard.Guard, n int) (*guard.Guard, error) {
+		asked.Add(1)
+		return old.Fresh(n, guard.WithShards(3))
+	}))
+	if err := l.Fill(ctx, s.keys(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.rebuildNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if asked.Load() != 1 || l.Guard().Shards() != 3 || l.Guard().Len() != 100 {
+		t.Fatalf("rebuild: asked %d times, %d shards, %d keys; want 1, 3, 100", asked.Load(), l.Guard().Shards(), l.Guard().Len())
+	}
+	bad := newTestLoader(t, s.withKeys(), nil, WithRebuildGuard(func(old *guard.Guard, n int) (*guard.Guard, error) {
+		return guard.New(guard.WithCapacity(n), guard.WithSeed(old.Seed()+1))
+	}))
+	if err := bad.rebuildNow(ctx); err == nil || !strings.Contains(err.Error(), "seed") {
+		t.Fatalf("rebuild with a guard of another seed = %v, want an error about the seed", err)
 	}
 }

@@ -1,4 +1,4 @@
-package guard_test
+package guarded_test
 
 import (
 	"context"
@@ -8,7 +8,11 @@ import (
 	"sync"
 
 	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/guarded"
 )
+
+// The compiler checks that users offers what the Loader uses.
+var _ guarded.KeyLister[int64, string] = (*users)(nil)
 
 // users is a stand-in for a database table.
 type users struct {
@@ -16,17 +20,20 @@ type users struct {
 	rows map[int64]string
 }
 
-func (u *users) lookup(ctx context.Context, id int64) (string, error) {
+// Get makes users a guarded.Getter: it looks one row up.
+func (u *users) Get(ctx context.Context, id int64) (string, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	name, ok := u.rows[id]
 	if !ok {
-		return "", guard.ErrNotFound // or sql.ErrNoRows: see WithNotFound
+		return "", guarded.ErrNotFound // or sql.ErrNoRows: see WithNotFound
 	}
 	return name, nil
 }
 
-func (u *users) ids(ctx context.Context) iter.Seq2[int64, error] {
+// Keys makes users a guarded.KeyLister: the Loader rebuilds its guard
+// from it when needed.
+func (u *users) Keys(ctx context.Context) iter.Seq2[int64, error] {
 	return func(yield func(int64, error) bool) {
 		u.mu.Lock()
 		defer u.mu.Unlock()
@@ -47,14 +54,14 @@ func ExampleLoader() {
 		panic(err)
 	}
 	// The Loader owns g and closes it.
-	loader, err := guard.NewLoader(g, db.lookup, guard.WithKeySource(db.ids))
+	loader, err := guarded.New(g, db)
 	if err != nil {
 		panic(err)
 	}
 	defer loader.Close()
 
 	// Warm up: until Fill returns, every lookup reaches the store.
-	if err := loader.Fill(ctx, db.ids(ctx)); err != nil {
+	if err := loader.Fill(ctx, db.Keys(ctx)); err != nil {
 		panic(err)
 	}
 
@@ -82,7 +89,7 @@ func ExampleLoader() {
 	for _, id := range []int64{1, 2, 3, 42} {
 		name, err := loader.Get(ctx, id)
 		switch {
-		case errors.Is(err, guard.ErrNotFound):
+		case errors.Is(err, guarded.ErrNotFound):
 			fmt.Println(id, "not found")
 		case err != nil:
 			panic(err)

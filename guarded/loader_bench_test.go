@@ -1,4 +1,4 @@
-package guard
+package guarded
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cuckooguard/cuckooguard/guard"
 )
 
 // BenchmarkLoaderGet measures Get for a present key, an absent key the
@@ -26,15 +28,15 @@ func BenchmarkLoaderGet(b *testing.B) {
 			}
 			return "", ErrNotFound
 		}
-		g, err := New(WithCapacity(100_000), WithSeed(1))
+		g, err := guard.New(guard.WithCapacity(100_000), guard.WithSeed(1))
 		if err != nil {
 			b.Fatal(err)
 		}
-		var opts []LoaderOption
+		var opts []Option
 		if neg {
 			opts = append(opts, WithNegativeCache(10_000, time.Minute))
 		}
-		l, err := NewLoader(g, lookup, opts...)
+		l, err := New(g, getter(lookup), opts...)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,15 +1,11 @@
-package guard
+package guarded
 
 import (
 	"context"
-	"database/sql"
-	"database/sql/driver"
 	"errors"
-	"fmt"
-	"io"
-	"net"
 	"sync"
-	"syscall"
+
+	"github.com/cuckooguard/cuckooguard/guard"
 )
 
 // Insert writes key to the store through write, keeping the guard in step:
@@ -44,7 +40,7 @@ func (l *Loader[K, V]) Insert(ctx context.Context, key K, write func(ctx context
 	e.Add(1)
 	inCur, err := l.add(cur, h)
 	if err != nil {
-		return fmt.Errorf("guard: insert: %w", err)
+		return wrap("insert", err)
 	}
 	inShadow := false
 	if sh != nil {
@@ -108,56 +104,28 @@ func (l *Loader[K, V]) add(v *view, h uint64) (bool, error) {
 	if err == nil {
 		return true, nil
 	}
-	if errors.Is(err, ErrTooManyCopies) {
-		// The guard holds MaxCopies copies of the key (or of keys it
+	if errors.Is(err, guard.ErrTooManyCopies) {
+		// The guard holds guard.MaxCopies copies of the key (or of keys it
 		// cannot tell from it): present already, and no row of a unique
 		// key can need more.
 		return false, nil
 	}
-	if errors.Is(err, ErrClosed) && v != l.cur.Load() && v != l.shadow.Load() {
-		// A rebuild replaced v while a Fill or CatchUp was adding to it.
-		// The new guard was filled from the key source after every write
-		// in flight had finished, so it covers this key already.
-		return false, nil
+	if errors.Is(err, guard.ErrClosed) {
+		if v != l.cur.Load() && v != l.shadow.Load() {
+			// A rebuild replaced v while a Fill or CatchUp was adding to
+			// it. The new guard was filled from the key source after every
+			// write in flight had finished, so it covers this key already.
+			return false, nil
+		}
+		return false, ErrClosed // the Loader was closed
 	}
-	if !errors.Is(err, ErrFull) {
+	if !errors.Is(err, guard.ErrFull) {
 		return false, err
 	}
 	v.pass[v.g.ShardIndex(h)].Store(true)
 	v.passAny.Store(true)
 	l.rebuild()
 	return false, nil
-}
-
-// NotWritten is the default of [WithRollback]: it reports whether a failed
-// write's error shows that the write certainly changed nothing, so that
-// [Loader.Insert] may take the key back out of the guard.
-//
-// It reports false (the row may have been written) for [ErrMaybeWritten],
-// a cancelled or expired context, and a lost or broken connection
-// ([net.Error], [io.EOF], [io.ErrUnexpectedEOF], [driver.ErrBadConn],
-// [sql.ErrConnDone], [sql.ErrTxDone], ECONNRESET, ECONNABORTED, EPIPE),
-// because the store may have committed the write before the client stopped
-// listening. An error that says it is safe to retry (a SafeToRetry() bool
-// method reporting true, as pgconn's errors have: nothing reached the
-// server) is certain. Every other error, such as a constraint violation
-// the store reported, is taken as certain too.
-func NotWritten(err error) bool {
-	var safe interface{ SafeToRetry() bool }
-	if errors.As(err, &safe) && safe.SafeToRetry() {
-		return true
-	}
-	var nerr net.Error
-	switch {
-	case errors.Is(err, ErrMaybeWritten),
-		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
-		errors.As(err, &nerr),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, driver.ErrBadConn), errors.Is(err, sql.ErrConnDone), errors.Is(err, sql.ErrTxDone),
-		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE):
-		return false
-	}
-	return true
 }
 
 // keyLocks lets one holder per key at a time through, waiting with a

@@ -1,11 +1,12 @@
-package guard
+package guarded
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/cuckooguard/cuckooguard/guard"
 )
 
 // feedResyncInterval is the least time between two resyncs a Loader asks
@@ -15,7 +16,7 @@ const feedResyncInterval = 10 * time.Second
 // checkFPR starts a rebuild if the guard's estimated false-positive rate
 // passed the limit.
 func (l *Loader[K, V]) checkFPR() {
-	if (l.source != nil || l.feed.Load() != nil) && !l.rebuilding.Load() && l.cur.Load().g.Stats().EstimatedFPR > l.cfg.maxFPR {
+	if (l.src.keys != nil || l.feed.Load() != nil) && !l.rebuilding.Load() && l.cur.Load().g.Stats().EstimatedFPR > l.cfg.maxFPR {
 		l.rebuild()
 	}
 }
@@ -36,7 +37,7 @@ func (l *Loader[K, V]) rebuild() {
 		}
 		return
 	}
-	if l.source == nil || l.cfg.now().UnixNano() < l.rebuildAfter.Load() || !l.rebuilding.CompareAndSwap(false, true) {
+	if l.src.keys == nil || l.cfg.now().UnixNano() < l.rebuildAfter.Load() || !l.rebuilding.CompareAndSwap(false, true) {
 		return
 	}
 	l.mu.Lock()
@@ -69,7 +70,7 @@ func (l *Loader[K, V]) rebuild() {
 // both guards, then swaps it in.
 func (l *Loader[K, V]) rebuildNow(ctx context.Context) error {
 	return l.replace(ctx, func(ctx context.Context, nv *view) (int64, error) {
-		return l.fill(ctx, nv, l.source(ctx))
+		return l.fill(ctx, nv, l.src.keys(ctx))
 	})
 }
 
@@ -82,7 +83,7 @@ func (l *Loader[K, V]) replace(ctx context.Context, fill func(context.Context, *
 	old := l.cur.Load()
 	ng, err := l.newGuard(old.g)
 	if err != nil {
-		return fmt.Errorf("guard: rebuild: %w", err)
+		return wrap("rebuild", err)
 	}
 	nv := newView(ng)
 	l.writeMu.Lock() // waits for inserts in flight: their rows are in the store now
@@ -93,8 +94,8 @@ func (l *Loader[K, V]) replace(ctx context.Context, fill func(context.Context, *
 		l.writeMu.Lock()
 		l.shadow.Store(nil)
 		l.writeMu.Unlock()
-		ng.Close()
-		return fmt.Errorf("guard: rebuild: %w", err)
+		closeGuard(ng)
+		return wrap("rebuild", err)
 	}
 	// l.mu orders the swap against Close: once Close has marked the
 	// Loader closed no guard is swapped in, so none outlives Close. Lock
@@ -110,28 +111,36 @@ func (l *Loader[K, V]) replace(ctx context.Context, fill func(context.Context, *
 	l.mu.Unlock()
 	l.writeMu.Unlock()
 	if closed {
-		ng.Close()
-		return errors.New("guard: loader closed")
+		closeGuard(ng)
+		return ErrClosed
 	}
-	old.g.Close()
+	closeGuard(old.g)
 	l.rebuilds.Inc()
 	l.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "cuckooguard: guard rebuilt",
 		slog.Int64("keys", n), slog.Duration("took", time.Since(start)))
 	return nil
 }
 
-// newGuard makes the replacement of g ([Guard.Fresh]: g's configuration
-// and seed travel with it), then [WithRebuildOptions], sized for g's keys
-// and a quarter more but no smaller than g's own capacity. The size comes
-// from the keys g holds, not from its slots: a guard that grew for copies
-// since removed would otherwise pass its size on.
-func (l *Loader[K, V]) newGuard(g *Guard) (*Guard, error) {
-	keys := g.Len()
-	capacity := min(max(keys*5/4, g.cfg.capacity, 1024), maxCapacity)
-	ng, err := g.Fresh(capacity, l.cfg.guardOpts...)
+// newGuard makes the replacement of g (by default [guard.Guard.Fresh]:
+// g's configuration and seed travel with it; see [WithRebuildGuard]),
+// sized for g's keys and a quarter more but no smaller than g's own
+// capacity. The size comes from the keys g holds, not from its slots: a
+// guard that grew for copies since removed would otherwise pass its size
+// on.
+func (l *Loader[K, V]) newGuard(g *guard.Guard) (*guard.Guard, error) {
+	capacity := min(max(g.Len()*5/4, g.Capacity(), 1024), guard.MaxCapacity)
+	ng, err := l.cfg.fresh(g, capacity)
 	if err != nil {
 		return nil, err
 	}
-	ng.owned.Store(true)
+	if ng == nil || ng.Seed() != g.Seed() {
+		if ng != nil {
+			ng.Close()
+		}
+		return nil, errors.New("the new guard must have the old one's seed (see WithRebuildGuard)")
+	}
+	if !own(ng) {
+		return nil, errOwned
+	}
 	return ng, nil
 }

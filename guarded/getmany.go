@@ -1,4 +1,4 @@
-package guard
+package guarded
 
 import (
 	"context"
@@ -82,7 +82,7 @@ func (l *Loader[K, V]) GetMany(ctx context.Context, keys []K) (vals []V, errs []
 		}
 		vals[p.i], errs[p.i], p.done = val, err, true
 	}
-	if batch := l.batch; batch != nil && len(todo) > 0 {
+	if batch := l.src.many; batch != nil && len(todo) > 0 {
 		// Lead every key nobody is looking up yet, in one store call;
 		// join the others.
 		var led []K
@@ -154,7 +154,7 @@ func (l *Loader[K, V]) loadMany(ctx context.Context, batch func(context.Context,
 		return nil, err
 	}
 	if found == nil {
-		return nil, errors.New("guard: the batch lookup returned a nil map and no error")
+		return nil, errors.New("guarded: the batch lookup returned a nil map and no error")
 	}
 	return found, nil
 }

@@ -1,4 +1,4 @@
-package guard
+package guarded
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+
+	"github.com/cuckooguard/cuckooguard/guard"
 )
 
 // batchStore wraps a memStore with a counted batch lookup.
@@ -35,13 +37,22 @@ func (s *batchStore) lookupMany(ctx context.Context, keys []int) (map[int]string
 	return found, nil
 }
 
+// wrongBatch is a store whose GetMany takes string keys, for a Loader of
+// int keys.
+type wrongBatch struct{}
+
+func (wrongBatch) Get(context.Context, int) (string, error) { return "", nil }
+func (wrongBatch) GetMany(context.Context, []string) (map[string]string, error) {
+	return nil, nil
+}
+
 func TestLoaderGetMany(t *testing.T) {
 	ctx := context.Background()
 	s := &batchStore{memStore: newMemStore[int]()}
 	for i := range 500 {
 		s.put(2*i, "row"+strconv.Itoa(2*i)) // even ids exist
 	}
-	l := newTestLoader(t, s.memStore, []Option{WithCapacity(1000)}, WithBatchLookup(s.lookupMany))
+	l := newTestLoader(t, Funcs[int, string]{Lookup: s.lookup, LookupMany: s.lookupMany}, []guard.Option{guard.WithCapacity(1000)})
 	if err := l.Fill(ctx, s.keys(ctx)); err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +84,7 @@ func TestLoaderGetMany(t *testing.T) {
 	t.Run("batch error", func(t *testing.T) {
 		boom := errors.New("boom")
 		s := &batchStore{memStore: newMemStore[int](), fail: boom}
-		l := newTestLoader(t, s.memStore, nil, WithBatchLookup(s.lookupMany))
+		l := newTestLoader(t, Funcs[int, string]{Lookup: s.lookup, LookupMany: s.lookupMany}, nil)
 		_, errs := l.GetMany(ctx, []int{1, 2, 3})
 		for i, err := range errs {
 			if !errors.Is(err, boom) {
@@ -99,10 +110,13 @@ func TestLoaderGetMany(t *testing.T) {
 		}
 	})
 	t.Run("wrong types", func(t *testing.T) {
+		// Funcs does not compile with a batch lookup of the wrong types; a
+		// store type whose GetMany has them is refused, not ignored.
 		g := mustNew(t)
-		wrong := func(context.Context, []string) (map[string]string, error) { return nil, nil }
-		if _, err := NewLoader(g, s.lookup, WithBatchLookup(wrong)); err == nil {
-			t.Fatal("NewLoader accepted a batch lookup of the wrong key type")
+		if _, err := New[int, string](g, wrongBatch{}); err == nil {
+			t.Fatal("New accepted a store whose GetMany has the wrong key type")
+		} else {
+			t.Log(err)
 		}
 	})
 }
@@ -122,11 +136,11 @@ func TestLoaderGetManyJoinsGet(t *testing.T) {
 			<-release
 			return s.lookup(ctx, k)
 		}
-		g, err := New()
+		g, err := guard.New()
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := NewLoader(g, lookup, WithBatchLookup(s.lookupMany))
+		l, err := New(g, Funcs[int, string]{Lookup: lookup, LookupMany: s.lookupMany})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,55 @@
+// Package guarded puts a [guard.Guard] in front of a store: a [Loader]
+// answers [ErrNotFound] for keys the guard knows are absent without asking
+// the store, shares one store call among concurrent lookups of a key, and
+// keeps the guard in step with the store's writes and, through a change
+// feed, with the writes of other processes.
+//
+//	g, err := guard.New(guard.WithCapacity(1_000_000))
+//	...
+//	users, err := guarded.New(g, guarded.Funcs[int64, User]{
+//		Lookup:   db.Lookup, // SELECT … WHERE id = $1
+//		ListKeys: db.IDs,    // SELECT id FROM users: warm-up and rebuilds
+//	})
+//	...
+//	if err := users.Fill(ctx, db.IDs(ctx)); err != nil { ... } // until then, lookups pass through
+//	u, err := users.Get(ctx, 42) // ErrNotFound without a query for ids never created
+//	err = users.Insert(ctx, 43, func(ctx context.Context) error { return db.Insert(ctx, u) })
+//
+// The store is a [Getter] (a [GetterFunc], [Funcs], or a type of your own);
+// a [BatchGetter] also serves [Loader.GetMany] in one call, and a
+// [KeyLister] lets the Loader rebuild its guard. Keys are strings, integers
+// or byte arrays, or types that implement [Key].
+//
+// # Copies and removals
+//
+// The set counts copies, and [guard.Guard.Remove] may only remove a copy the
+// guard holds: removing a key that was never added can take the copy of
+// another key with the same fingerprint in a shared bucket, which then
+// reads absent. The [Loader] keeps this on every path by one rule: each
+// creation of a row adds one copy of its key before a reader can see the
+// row, and a copy is removed only by a delete known to come after the
+// creation whose copy it removes.
+//
+//   - Warm-up ([Loader.Fill]): the fill adds one copy per row it reads,
+//     and [Loader.Insert] one per row it writes (a row both read and
+//     written gets two, which is harmless). A Delete that begins before the
+//     fill is done removes nothing: the fill may not have read its row yet.
+//   - Steady state: Insert adds before its write and takes the copy back
+//     only when the write certainly failed ([NotWritten]). Delete removes
+//     after the store confirmed the delete, from the guard that was
+//     complete when the Delete began; rebuilds wait for it.
+//   - Rebuild (from a [KeyLister]): the new guard receives every insert from the
+//     moment it is installed, and then reads the key source; deletes reach
+//     only the old guard, so the new one may keep a deleted key (a false
+//     positive), never miss a live one.
+//   - Catch-up ([Loader.CatchUp]) over a restored snapshot: the store's
+//     changes since the snapshot are applied once each, this process's own
+//     deletes included, which therefore remove nothing themselves while the
+//     Loader catches up.
+//   - Change feed ([Loader.AttachFeed], the postgres follower): Delete
+//     removes nothing; the feed applies every delete, this process's own
+//     included, in commit order, after the creation it undoes (added by
+//     Insert, by an earlier change, or by the feed's snapshot read). The
+//     feed skips only this process's own inserts. Rebuilds go through the
+//     feed's snapshot-aware [Loader.Resync].
+package guarded

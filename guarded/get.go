@@ -1,0 +1,91 @@
+package guarded
+
+import (
+	"context"
+	"sync/atomic"
+)
+
+// MayContain reports whether Get might find key in the store: false only
+// when the Loader is ready and the guard knows the key is absent. It only
+// asks: it does not call the store, changes no counter of [Loader.Stats]
+// (HTTP middleware that asks before a handler's Get would count each
+// request twice; the middleware counts its own), and does not allocate
+// for string and integer keys.
+func (l *Loader[K, V]) MayContain(key K) bool {
+	// ready before cur: a resync swaps in its guard and then sets ready,
+	// so a true ready guarantees the guard loaded next is that one.
+	ready := l.ready.Load()
+	v := l.cur.Load()
+	h := l.codec.hash(v.g, key)
+	return !ready || v.passes(h) || v.g.ContainsHash(h)
+}
+
+// Get returns the value of key. If the Loader is ready and the guard knows
+// the key is absent, Get returns [ErrNotFound] without calling the store.
+// Otherwise it calls the store, sharing one call among concurrent Gets of
+// the same key.
+//
+// A store "not found" (see [WithNotFound]) is returned as ErrNotFound
+// itself, not as the store's error, so that a missing key reads the same
+// whether the guard or the store answered, before and after warm-up; if
+// the guard had let the key through, it counts as an observed false
+// positive.
+//
+// The shared call runs under the context of the Get that started it
+// (bounded by [WithLoadTimeout] if set). A Get whose ctx ends stops
+// waiting and returns ctx.Err(); if it was the one whose call was running,
+// that call ends too (the store stops working for nobody) and the Gets
+// still waiting start a new one. One caller leaving never fails the others.
+func (l *Loader[K, V]) Get(ctx context.Context, key K) (V, error) {
+	var zero V
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	ready := l.ready.Load() // before cur: see MayContain
+	v := l.cur.Load()
+	h := l.codec.hash(v.g, key)
+	guarded := ready && !v.passes(h)
+	// Read the epoch and the generation before the store: an insert of key,
+	// or a resync, that happens after this point voids what we may cache
+	// below.
+	epoch, gen := l.epoch(h).Load(), l.negGen.Load()
+	if guarded {
+		if !v.g.ContainsHash(h) {
+			l.avoided.Inc()
+			return zero, ErrNotFound
+		}
+		if l.neg != nil && l.neg.has(key, epoch, gen) {
+			l.negHits.Inc()
+			return zero, ErrNotFound
+		}
+		l.letThrough.Inc()
+	} else {
+		l.passed.Inc()
+	}
+	val, err := l.flight.do(ctx, h, key, l.load)
+	if err != nil && l.notFound(err) {
+		if guarded {
+			l.falsePos.Inc()
+			if l.neg != nil {
+				l.neg.add(key, epoch, gen)
+			}
+		}
+		return zero, ErrNotFound
+	}
+	return val, err
+}
+
+// load is one call of the store's lookup, bounded by WithLoadTimeout.
+func (l *Loader[K, V]) load(ctx context.Context, key K) (V, error) {
+	if l.cfg.loadTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.cfg.loadTimeout)
+		defer cancel()
+	}
+	l.storeCalls.Inc()
+	return l.src.get(ctx, key)
+}
+
+func (l *Loader[K, V]) epoch(h uint64) *atomic.Uint64 {
+	return &l.epochs[h%uint64(len(l.epochs))]
+}

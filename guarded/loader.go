@@ -1,0 +1,191 @@
+package guarded
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/puzpuzpuz/xsync/v3"
+
+	"github.com/cuckooguard/cuckooguard/guard"
+)
+
+// Loader wraps a store lookup with a guard: [Loader.Get] answers
+// [ErrNotFound] for keys the guard knows are absent without calling the
+// store, and coalesces concurrent lookups of the same key. [Loader.Insert]
+// and [Loader.Delete] keep the guard in step with the store's writes.
+//
+// Until the guard holds every key of the store the Loader passes every
+// lookup through: after [Loader.Fill] (a fresh guard), [Loader.CatchUp] (a
+// guard restored from a snapshot), [Loader.MarkReady] (a guard the caller
+// filled) or a change feed's first resync ([Loader.AttachFeed]). Insert
+// adds a key before its write and keeps it if the write's outcome is
+// unknown; Delete removes a key only after the store confirmed the delete,
+// and only where that cannot take another key's copy (the package
+// documentation, "Copies and removals", gives every case). A shard that
+// cannot take a key passes its lookups through until a rebuild swaps in a
+// fresh guard, from the store's keys ([KeyLister]) or through the feed; a
+// rebuild also runs when the estimated false-positive rate passes
+// [WithMaxFPR].
+//
+// A Loader is safe for concurrent use by multiple goroutines. It owns the
+// guard it was given and closes it in [Loader.Close]; a guard can have at
+// most one Loader.
+type Loader[K comparable, V any] struct {
+	src   source[K, V]
+	codec keyCodec[K]
+	cfg   config
+
+	cur    atomic.Pointer[view] // the guard lookups use
+	shadow atomic.Pointer[view] // the guard a rebuild fills, or nil
+	// writeMu orders writes against the start and the end of a rebuild:
+	// an insert holds it shared from its guard add to the end of its
+	// write, so that the rebuild, which takes it exclusively, sees every
+	// insert either finished (in the store, for the key source to read) or
+	// not begun (and so reaching the new guard too). A delete holds it so
+	// that the guard it removes from is the one it found ready.
+	writeMu sync.RWMutex
+	ready   atomic.Bool
+	feed    atomic.Pointer[feedHook] // set once by AttachFeed
+
+	flight  flight[K, V] // coalesces store lookups
+	inserts keyLocks[K]  // one Insert per key at a time
+	neg     *negCache[K]
+	epochs  [256]atomic.Uint64 // bumped by inserts, by key hash: invalidate negative entries
+	negGen  atomic.Uint64      // bumped by Invalidate and guard swaps: invalidates them all
+
+	mu           sync.Mutex // protects closed, wg.Add and rebuildDelay
+	closed       bool
+	rebuildDelay time.Duration // backoff after failed rebuilds
+	rebuildAfter atomic.Int64  // unix nanoseconds before which no rebuild starts
+	ctx          context.Context
+	cancel       context.CancelFunc
+	wg           sync.WaitGroup // rebuild goroutines
+	rebuilding   atomic.Bool
+	rebuildMu    sync.Mutex // held while a rebuild or resync builds a guard
+	closeOnce    sync.Once
+
+	insertN atomic.Uint64 // inserts, to check the FPR every 4096
+
+	storeCalls, avoided, falsePos, negHits, passed, letThrough *xsync.Counter
+	rebuilds, rebuildErrs, batchCalls                          *xsync.Counter
+}
+
+// view is one guard with the shards whose lookups must pass through.
+type view struct {
+	g       *guard.Guard
+	pass    []atomic.Bool // per shard: it refused a key (guard.ErrFull), which may be missing
+	passAny atomic.Bool
+}
+
+func newView(g *guard.Guard) *view {
+	return &view{g: g, pass: make([]atomic.Bool, g.Shards())}
+}
+
+// passes reports whether lookups of hash h must reach the store because
+// h's shard could not take every key.
+func (v *view) passes(h uint64) bool {
+	return v.passAny.Load() && v.pass[v.g.ShardIndex(h)].Load()
+}
+
+// New returns a Loader that guards store with g and takes ownership of g:
+// [Loader.Close] closes it. The Loader passes every lookup through until
+// it is ready (see [Loader]). It returns an error for invalid options, a
+// key type the Loader cannot hash (see [Key]), a store with a GetMany or
+// Keys method of the wrong type, or a guard that another Loader owns.
+func New[K comparable, V any](g *guard.Guard, store Getter[K, V], opts ...Option) (*Loader[K, V], error) {
+	c := config{
+		isNotFound:  defaultIsNotFound,
+		notWritten:  NotWritten,
+		maxFPR:      DefaultMaxFPR,
+		loadTimeout: DefaultLoadTimeout,
+		fillWorkers: runtime.GOMAXPROCS(0),
+		logger:      discardLogger,
+		fresh:       freshGuard,
+		now:         time.Now,
+	}
+	for _, o := range opts {
+		o(&c)
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	if g == nil {
+		return nil, errors.New("guarded: New needs a guard")
+	}
+	src, err := sourceOf(store)
+	if err != nil {
+		return nil, err
+	}
+	codec, err := newKeyCodec[K]()
+	if err != nil {
+		return nil, err
+	}
+	if !own(g) {
+		return nil, errOwned
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &Loader[K, V]{
+		src: src, codec: codec, cfg: c,
+		ctx: ctx, cancel: cancel,
+		storeCalls: xsync.NewCounter(), avoided: xsync.NewCounter(), falsePos: xsync.NewCounter(),
+		negHits: xsync.NewCounter(), passed: xsync.NewCounter(), letThrough: xsync.NewCounter(),
+		rebuilds: xsync.NewCounter(), rebuildErrs: xsync.NewCounter(), batchCalls: xsync.NewCounter(),
+	}
+	if c.negSize > 0 {
+		l.neg = newNegCache[K](c.negSize, c.negTTL, c.now)
+	}
+	l.cur.Store(newView(g))
+	return l, nil
+}
+
+// owners holds the guards that a Loader owns: a guard has at most one
+// Loader, which closes it.
+var owners sync.Map // *guard.Guard → struct{}
+
+// own records that a Loader owns g, and reports false if one did already.
+func own(g *guard.Guard) bool {
+	_, taken := owners.LoadOrStore(g, struct{}{})
+	return !taken
+}
+
+// closeGuard closes a guard the Loader owns and forgets it.
+func closeGuard(g *guard.Guard) {
+	g.Close()
+	owners.Delete(g)
+}
+
+// Hash returns the hash under which key is stored in the guard, for
+// callers that consult the guard directly (such as HTTP middleware).
+func (l *Loader[K, V]) Hash(key K) uint64 {
+	return l.codec.hash(l.cur.Load().g, key)
+}
+
+// Guard returns the guard the Loader consults now; a rebuild replaces it.
+func (l *Loader[K, V]) Guard() *guard.Guard {
+	return l.cur.Load().g
+}
+
+// Ready reports whether the guard holds every key of the store, so that
+// the Loader answers ErrNotFound without asking the store.
+func (l *Loader[K, V]) Ready() bool {
+	return l.ready.Load()
+}
+
+// Close stops a rebuild in progress, waits for it, and closes the guards.
+// Lookups keep working afterwards (see [Guard.Close]); inserts return an
+// error. Close is idempotent and returns nil.
+func (l *Loader[K, V]) Close() error {
+	l.closeOnce.Do(func() {
+		l.mu.Lock()
+		l.closed = true
+		l.mu.Unlock()
+		l.cancel()
+		l.wg.Wait()
+		closeGuard(l.cur.Load().g)
+	})
+	return nil
+}

@@ -1,0 +1,141 @@
+package guarded
+
+import (
+	"context"
+	"errors"
+	"iter"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// Fill adds every key of keys to the guard, in parallel ([WithFillWorkers]),
+// reporting progress ([WithFillProgress]), and marks the Loader ready when
+// it has added them all. Give it every key of the store, read after the
+// Loader was made, with writes going through [Loader.Insert] and
+// [Loader.Delete] meanwhile (a key both written and read is added twice,
+// which is harmless; a Delete during the fill leaves its key in the guard,
+// a false positive). It returns the key source's error or ctx.Err() and
+// then leaves the Loader as ready as it was.
+func (l *Loader[K, V]) Fill(ctx context.Context, keys iter.Seq2[K, error]) error {
+	start := time.Now()
+	n, err := l.fill(ctx, l.cur.Load(), keys)
+	if err != nil {
+		return wrap("fill", err)
+	}
+	l.ready.Store(true)
+	l.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "cuckooguard: guard filled",
+		slog.Int64("keys", n), slog.Duration("took", time.Since(start)))
+	l.checkFPR()
+	return nil
+}
+
+// fill adds keys to v's guard and returns how many it added.
+func (l *Loader[K, V]) fill(ctx context.Context, v *view, keys iter.Seq2[K, error]) (int64, error) {
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.SetLimit(l.cfg.fillWorkers)
+	var added atomic.Int64
+	var progressMu sync.Mutex
+	batch := make([]uint64, 0, DefaultFillBatch)
+	flush := func() {
+		b := batch
+		batch = make([]uint64, 0, DefaultFillBatch)
+		eg.Go(func() error {
+			for _, h := range b {
+				if _, err := l.add(v, h); err != nil {
+					return err
+				}
+			}
+			n := added.Add(int64(len(b)))
+			if l.cfg.progress != nil {
+				progressMu.Lock()
+				l.cfg.progress(n)
+				progressMu.Unlock()
+			}
+			return nil
+		})
+	}
+	var srcErr error
+	for k, err := range keys {
+		if err != nil {
+			srcErr = err
+			break
+		}
+		if ectx.Err() != nil {
+			break
+		}
+		batch = append(batch, l.codec.hash(v.g, k))
+		if len(batch) == cap(batch) {
+			flush()
+		}
+	}
+	if srcErr == nil && len(batch) > 0 {
+		flush()
+	}
+	if err := eg.Wait(); err != nil {
+		return added.Load(), err
+	}
+	if srcErr != nil {
+		return added.Load(), srcErr
+	}
+	return added.Load(), ctx.Err()
+}
+
+// CatchUp applies, in commit order, the store's writes since the guard's
+// snapshot was written (see [guard.Restore]) and marks the Loader ready. Until
+// then a Loader over a restored guard passes every lookup through, because
+// the snapshot is older than the store.
+//
+// Report every committed write once, this process's own included: a Delete
+// made through the Loader while it catches up does not remove its key
+// itself (the Loader is not ready), so CatchUp's replay is that delete's
+// only removal. Report a deletion only for a row that existed when the
+// snapshot was written or was created by an earlier change: removing a key
+// the guard never had could remove another key's copy. CatchUp returns an
+// error, and changes nothing, if the Loader is ready already (its Deletes
+// then removed their keys themselves, and a replay would remove them
+// twice). If the store cannot list its changes, start from an empty guard
+// and call [Loader.Fill] instead.
+func (l *Loader[K, V]) CatchUp(ctx context.Context, changes iter.Seq2[Change[K], error]) error {
+	if l.ready.Load() {
+		return errors.New("guarded: catch up: the Loader is ready already; CatchUp is for a Loader over a restored guard")
+	}
+	v := l.cur.Load()
+	n := 0
+	for c, err := range changes {
+		if err != nil {
+			return wrap("catch up", err)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		h := l.codec.hash(v.g, c.Key)
+		if c.Deleted {
+			v.g.RemoveHash(h)
+		} else if _, err := l.add(v, h); err != nil {
+			return wrap("catch up", err)
+		}
+		n++
+	}
+	l.ready.Store(true)
+	l.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "cuckooguard: guard caught up", slog.Int("changes", n))
+	return nil
+}
+
+// MarkReady declares that the guard holds every key of the store, for a
+// caller that filled it directly.
+func (l *Loader[K, V]) MarkReady() {
+	l.ready.Store(true)
+}
+
+// Invalidate declares that the guard may lack keys of the store (for
+// example, a change feed was interrupted): every lookup passes through
+// until the Loader is ready again ([Loader.Resync], [Loader.Fill],
+// [Loader.CatchUp] or [Loader.MarkReady]).
+func (l *Loader[K, V]) Invalidate() {
+	l.ready.Store(false)
+	l.negGen.Add(1) // rows may have appeared that no insert told us of
+}
