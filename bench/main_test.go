@@ -100,10 +100,20 @@ func TestKeyGen(t *testing.T) {
 // TestSmokeRun runs the whole command on the in-memory store: a few
 // thousand operations per run, and checks the table, the JSON, the chart
 // and the arithmetic between them.
+//
+// With -warmup during, the guarded run may end before the warm-up does (on
+// a loaded machine it did): its lookups then all passed through, and the
+// test does not ask for avoided queries.
 func TestSmokeRun(t *testing.T) {
+	for _, warmup := range []string{"before", "during"} {
+		t.Run("warmup="+warmup, func(t *testing.T) { smokeRun(t, warmup) })
+	}
+}
+
+func smokeRun(t *testing.T, warmup string) {
 	dir := t.TempDir()
 	c, err := parseFlags([]string{"-store", "sim", "-latency", "0", "-rows", "5000", "-capacity", "500",
-		"-ops", "4000", "-workers", "4", "-warmup", "during", "-json", filepath.Join(dir, "r.json"), "-chart", filepath.Join(dir, "c.png"), "-quiet"}, io.Discard)
+		"-ops", "4000", "-workers", "4", "-warmup", warmup, "-json", filepath.Join(dir, "r.json"), "-chart", filepath.Join(dir, "c.png"), "-quiet"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,8 +164,11 @@ func TestSmokeRun(t *testing.T) {
 	}
 	// With the guard, every lookup reached the store or was avoided,
 	// except that concurrent lookups of one id share a store call.
-	if n := guarded.Queries + guarded.Avoided; guarded.Avoided == 0 || n > guarded.Ops || n < guarded.Ops*99/100 || guarded.Queries >= plain.Queries {
+	if n := guarded.Queries + guarded.Avoided; n > guarded.Ops || n < guarded.Ops*99/100 {
 		t.Errorf("with the guard: %d queries, %d avoided, %d lookups", guarded.Queries, guarded.Avoided, guarded.Ops)
+	}
+	if warmup == "before" && (guarded.Avoided == 0 || guarded.Queries >= plain.Queries) {
+		t.Errorf("with the guard filled before the run: %d queries (%d without it), %d avoided", guarded.Queries, plain.Queries, guarded.Avoided)
 	}
 	if guarded.Doubling == 0 {
 		t.Errorf("a guard of capacity 500 filled with 5000 keys did not double")
