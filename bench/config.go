@@ -89,7 +89,7 @@ func (c *config) validate() error {
 	case c.Store != "sqlite" && c.Store != "postgres" && c.Store != "sim":
 		return fmt.Errorf("-store %q: want sqlite, postgres or sim", c.Store)
 	case c.Store == "postgres" && !isPostgres(c.DSN):
-		return errors.New("-store postgres needs -dsn postgres://...")
+		return errors.New("-store postgres needs a postgres:// URL in -dsn")
 	case c.Latency < 0:
 		return errors.New("-latency must not be negative")
 	case c.Capacity < 0:

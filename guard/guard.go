@@ -95,7 +95,7 @@ func (g *Guard) start(c config) error {
 	if c.maxBytes != 0 && c.maxBytes < used {
 		return fmt.Errorf("guard: memory cap %d bytes is below the %d bytes the guard needs", c.maxBytes, used)
 	}
-	ropts := []resize.Option{resize.WithThreshold(c.growThreshold)}
+	ropts := []resize.Option{resize.WithGrowThreshold(c.growThreshold)}
 	if c.workersSet {
 		ropts = append(ropts, resize.WithWorkers(c.workers))
 	}

@@ -3,6 +3,7 @@ package guard
 import (
 	"fmt"
 
+	"github.com/cuckooguard/cuckooguard/resize"
 	"github.com/cuckooguard/cuckooguard/shard"
 )
 
@@ -14,7 +15,7 @@ const (
 	// MaxShards is the largest shard count WithShards accepts.
 	MaxShards = 1 << 16
 	// DefaultGrowThreshold is the load factor at which a shard doubles.
-	DefaultGrowThreshold = 0.9
+	DefaultGrowThreshold = resize.DefaultGrowThreshold
 	// MaxCopies is the number of copies of one key a guard keeps; more
 	// adds of it return ErrTooManyCopies.
 	MaxCopies = shard.MaxCopies

@@ -10,6 +10,7 @@ import (
 
 	"github.com/zeebo/xxh3"
 
+	"github.com/cuckooguard/cuckooguard/internal/iox"
 	"github.com/cuckooguard/cuckooguard/shard"
 )
 
@@ -125,7 +126,7 @@ func Restore(r io.Reader, opts ...Option) (*Guard, error) {
 	hr := &hashingReader{r: r, h: xxh3.New()}
 	var hdr [24]byte
 	if _, err := io.ReadFull(hr, hdr[:]); err != nil {
-		return nil, fmt.Errorf("guard: read snapshot header: %w", eofErr(err))
+		return nil, fmt.Errorf("guard: read snapshot header: %w", iox.Unexpected(err))
 	}
 	if string(hdr[:4]) != snapshotMagic {
 		return nil, fmt.Errorf("%w: bad magic %q", ErrSnapshot, hdr[:4])
@@ -159,7 +160,7 @@ func Restore(r io.Reader, opts ...Option) (*Guard, error) {
 	if nb != 0 {
 		buf := make([]byte, 4*nb)
 		if _, err := io.ReadFull(hr, buf); err != nil {
-			return nil, fmt.Errorf("guard: read snapshot routing bounds: %w", eofErr(err))
+			return nil, fmt.Errorf("guard: read snapshot routing bounds: %w", iox.Unexpected(err))
 		}
 		lay.bounds = make([]uint32, nb)
 		prev := uint32(0)
@@ -188,7 +189,7 @@ func Restore(r io.Reader, opts ...Option) (*Guard, error) {
 	want := hr.h.Sum64()
 	var sum [8]byte
 	if _, err := io.ReadFull(r, sum[:]); err != nil {
-		return nil, fmt.Errorf("guard: read snapshot checksum: %w", eofErr(err))
+		return nil, fmt.Errorf("guard: read snapshot checksum: %w", iox.Unexpected(err))
 	}
 	if got := binary.LittleEndian.Uint64(sum[:]); got != want {
 		return nil, fmt.Errorf("%w: checksum %#x, computed %#x", ErrSnapshot, got, want)
@@ -200,13 +201,4 @@ func Restore(r io.Reader, opts ...Option) (*Guard, error) {
 		return nil, err
 	}
 	return g, nil
-}
-
-// eofErr turns a clean end of input in the middle of a snapshot into
-// io.ErrUnexpectedEOF.
-func eofErr(err error) error {
-	if errors.Is(err, io.EOF) {
-		return io.ErrUnexpectedEOF
-	}
-	return err
 }

@@ -6,10 +6,6 @@ import "errors"
 // the memory in use pass the cap set with [WithMaxBytes].
 var ErrMaxBytes = errors.New("resize: memory cap reached")
 
-// ErrSaturated is returned by [Resizer.GrowNow] when the shard's table
-// uses every position bit and cannot double ([shard.ErrSaturated]).
-var ErrSaturated = errors.New("resize: shard saturated")
-
 // ErrCrowded is returned by [Resizer.GrowNow] for a shard that is less
 // than MinGrowLoad full: an insert that failed there failed because items
 // that agree on every bit the shard compares crowd its two buckets, and a

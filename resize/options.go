@@ -7,10 +7,9 @@ import (
 
 // Defaults of the options.
 const (
-	// DefaultThreshold is the load factor at which a shard is queued.
-	DefaultThreshold = 0.9
-	// DefaultChunk is the number of buckets a worker splits per step.
-	DefaultChunk = 256
+	// DefaultGrowThreshold is the load factor at which a shard is queued
+	// for doubling.
+	DefaultGrowThreshold = 0.9
 	// MinGrowLoad is the load factor below which [Resizer.GrowNow]
 	// refuses to double a shard (see ErrCrowded). Items with random
 	// positions fill a (2,4)-cuckoo table to about 0.95 before an insert
@@ -35,9 +34,9 @@ type config struct {
 	usedBytes int64
 }
 
-// WithThreshold sets the load factor, in (0, 1), at which a shard is
-// queued for doubling. The default is [DefaultThreshold].
-func WithThreshold(load float64) Option {
+// WithGrowThreshold sets the load factor, in (0, 1), at which a shard is
+// queued for doubling. The default is [DefaultGrowThreshold].
+func WithGrowThreshold(load float64) Option {
 	return func(c *config) { c.threshold = load }
 }
 
@@ -49,7 +48,7 @@ func WithWorkers(n int) Option {
 
 // WithChunk sets how many buckets a worker splits per step, at least 1:
 // the longest a writer of a migrating shard waits. The default is
-// [DefaultChunk] (about a microsecond).
+// [shard.DefaultChunk] (about a microsecond).
 func WithChunk(buckets int) Option {
 	return func(c *config) { c.chunk = buckets }
 }

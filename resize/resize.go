@@ -2,7 +2,6 @@ package resize
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,7 +42,7 @@ type Resizer struct {
 // New returns a Resizer configured by opts and starts its dispatcher
 // goroutine, which runs until [Resizer.Close].
 func New(opts ...Option) (*Resizer, error) {
-	c := config{threshold: DefaultThreshold, workers: DefaultWorkers(), chunk: DefaultChunk}
+	c := config{threshold: DefaultGrowThreshold, workers: DefaultWorkers(), chunk: shard.DefaultChunk}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -174,8 +173,8 @@ func (r *Resizer) migrate(s *shard.Shard) {
 // count the caller read before its insert failed), it begins a doubling or
 // helps finish the one in progress, and returns once no doubling is in
 // progress. If another goroutine doubled s meanwhile it returns at once.
-// Either way the caller should retry its insert. It returns [ErrSaturated]
-// or [ErrMaxBytes] when s cannot double, and [ErrCrowded] when s is less
+// Either way the caller should retry its insert. It returns
+// [shard.ErrSaturated] or [ErrMaxBytes] when s cannot double, and [ErrCrowded] when s is less
 // than MinGrowLoad full. GrowNow works after Close too.
 func (r *Resizer) GrowNow(s *shard.Shard, doublings int) error {
 	if s.Doublings() != doublings {
@@ -190,13 +189,13 @@ func (r *Resizer) GrowNow(s *shard.Shard, doublings int) error {
 		return ErrMaxBytes
 	}
 	start := time.Now()
-	began, err := s.GrowFrom(doublings)
+	began, err := s.BeginGrowFrom(doublings)
 	if err != nil {
 		r.used.Add(-need)
-		if errors.Is(err, shard.ErrSaturated) {
-			return ErrSaturated
-		}
 		return err
+	}
+	// Run the doubling we began, or help finish the one in progress.
+	for !s.GrowStep(r.chunk) {
 	}
 	if !began {
 		r.used.Add(-need)

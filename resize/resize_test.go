@@ -61,8 +61,8 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 		name string
 		opt  Option
 	}{
-		{"threshold 0", WithThreshold(0)},
-		{"threshold 1", WithThreshold(1)},
+		{"threshold 0", WithGrowThreshold(0)},
+		{"threshold 1", WithGrowThreshold(1)},
 		{"workers 0", WithWorkers(0)},
 		{"chunk 0", WithChunk(0)},
 		{"cap below use", WithMaxBytes(10, 20)},
@@ -82,7 +82,7 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 // is left alone.
 func TestMaybeDoublesInBackground(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r, err := New(WithThreshold(0.8), WithChunk(7))
+		r, err := New(WithGrowThreshold(0.8), WithChunk(7))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/cuckooguard/cuckooguard/internal/iox"
 )
 
 // Encoding of one shard (all integers little-endian):
@@ -78,7 +80,7 @@ func (s *Shard) ReadFrom(r io.Reader) (int64, error) {
 	n, err := io.ReadFull(r, hdr[:])
 	read := int64(n)
 	if err != nil {
-		return read, fmt.Errorf("shard: read header: %w", eof(err))
+		return read, fmt.Errorf("shard: read header: %w", iox.Unexpected(err))
 	}
 	k, stashLen := hdr[0], int(binary.LittleEndian.Uint16(hdr[2:]))
 	doublings := binary.LittleEndian.Uint32(hdr[4:])
@@ -105,7 +107,7 @@ func (s *Shard) ReadFrom(r io.Reader) (int64, error) {
 		n, err := io.ReadFull(r, b[:])
 		read += int64(n)
 		if err != nil {
-			return read, fmt.Errorf("shard: read stash: %w", eof(err))
+			return read, fmt.Errorf("shard: read stash: %w", iox.Unexpected(err))
 		}
 		e := binary.LittleEndian.Uint64(b[:])
 		if e>>laneBits >= uint64(1)<<k || !valid(e&laneMask) {
@@ -124,7 +126,7 @@ func (s *Shard) ReadFrom(r io.Reader) (int64, error) {
 		n, err := io.ReadFull(r, buf[:8*want])
 		read += int64(n)
 		if err != nil {
-			return read, fmt.Errorf("shard: read buckets: %w", eof(err))
+			return read, fmt.Errorf("shard: read buckets: %w", iox.Unexpected(err))
 		}
 		for i := range want {
 			b := binary.LittleEndian.Uint64(buf[8*i:])
@@ -151,13 +153,4 @@ func (s *Shard) ReadFrom(r io.Reader) (int64, error) {
 	s.copies.Store(int64(copies))
 	s.doublings.Store(int32(doublings))
 	return read, nil
-}
-
-// eof turns a clean end of input in the middle of an encoding into
-// io.ErrUnexpectedEOF.
-func eof(err error) error {
-	if errors.Is(err, io.EOF) {
-		return io.ErrUnexpectedEOF
-	}
-	return err
 }

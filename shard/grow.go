@@ -14,28 +14,33 @@ const DefaultChunk = 256
 // slowly (see the package documentation).
 //
 // A doubling is incremental, in the style of the Go runtime's map growth:
-// [Shard.BeginGrow] allocates the new table, [Shard.GrowStep] splits the
+// [Shard.BeginGrowFrom] allocates the new table, [Shard.GrowStep] splits the
 // next chunk of buckets behind a cursor, and the step that passes the last
 // bucket publishes the new table and drops the old one. Between steps the
 // shard is fully usable: lookups resolve each of their two buckets through
 // the cursor (old table if not split yet, new table otherwise) and never
 // block; a writer that finds a free slot uses it, and a writer that would
 // have to evict helps finish the doubling first. Every step runs under the
-// shard's mutex and an odd sequence, so a writer waits for at most one
-// chunk and a lookup that overlaps a step retries a miss.
+// shard's mutex, so a writer waits for at most one chunk. A split moves
+// nothing a lookup can miss and bumps no version stripe; only the last
+// step, which moves the stash and publishes the new table, makes every
+// stripe odd, and a lookup that overlaps it retries a miss.
 
-// BeginGrow starts a doubling and reports whether it did: false if one is
+// beginGrow starts a doubling and reports whether it did: false if one is
 // already in progress. It returns [ErrSaturated] if the shard has no tail
 // bits left.
-func (s *Shard) BeginGrow() (bool, error) {
+func (s *Shard) beginGrow() (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.beginGrowLocked()
 }
 
-// BeginGrowFrom starts a doubling, as [Shard.BeginGrow] does, only if the
-// shard has finished exactly doublings doublings, so that a caller that
-// sized the doubling from what it read earlier does not begin a second one.
+// BeginGrowFrom starts a doubling and reports whether it did: only if the
+// shard has finished exactly doublings doublings (so that a caller that
+// sized the doubling from what it read earlier does not begin a second
+// one) and none is in progress. It returns [ErrSaturated] if the shard's
+// table cannot double. [Shard.GrowStep] then runs the doubling, chunk by
+// chunk; package resize does both.
 func (s *Shard) BeginGrowFrom(doublings int) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -155,34 +160,12 @@ func (s *Shard) finishGrowLocked() {
 // wait. It returns [ErrSaturated] once the table has 2^VirtualBits
 // buckets.
 func (s *Shard) Grow() error {
-	if _, err := s.BeginGrow(); err != nil {
+	if _, err := s.beginGrow(); err != nil {
 		return err
 	}
 	for !s.GrowStep(DefaultChunk) {
 	}
 	return nil
-}
-
-// GrowFrom doubles the shard, as [Shard.Grow] does, only if it has finished
-// exactly doublings doublings so far, and reports whether it began the
-// doubling (false if another caller doubled the shard meanwhile, or had
-// already begun, in which case GrowFrom helps finish it). Callers that saw
-// [ErrFull] pass the count they read before inserting, so that two callers
-// racing on a full shard double it once.
-func (s *Shard) GrowFrom(doublings int) (bool, error) {
-	s.mu.Lock()
-	if int(s.doublings.Load()) != doublings {
-		s.mu.Unlock()
-		return false, nil
-	}
-	began, err := s.beginGrowLocked()
-	s.mu.Unlock()
-	if err != nil {
-		return false, err
-	}
-	for !s.GrowStep(DefaultChunk) {
-	}
-	return began, nil
 }
 
 // TableBytes returns the memory of the shard's current table, which a

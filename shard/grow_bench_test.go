@@ -24,7 +24,7 @@ func BenchmarkGrowStep(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			if _, err := s.BeginGrow(); err != nil {
+			if _, err := s.beginGrow(); err != nil {
 				b.Fatal(err)
 			}
 			b.StartTimer()

@@ -164,8 +164,8 @@ func TestModel(t *testing.T) {
 				}
 				model[it]++
 				if grow && s.LoadFactor() >= 0.9 && !s.Growing() {
-					if _, err := s.BeginGrow(); err != nil {
-						t.Fatalf("BeginGrow: %v", err)
+					if _, err := s.beginGrow(); err != nil {
+						t.Fatalf("beginGrow: %v", err)
 					}
 				}
 			case x < 75: // delete an inserted item
@@ -508,20 +508,20 @@ func TestGrowKeepsEverything(t *testing.T) {
 func TestGrowFromDoublesOnce(t *testing.T) {
 	s := mustNew(t, 3)
 	d := s.Doublings()
-	if ok, err := s.GrowFrom(d); !ok || err != nil {
-		t.Fatalf("GrowFrom(%d) = %v, %v; want true, nil", d, ok, err)
+	if ok, err := s.growFrom(d); !ok || err != nil {
+		t.Fatalf("growFrom(%d) = %v, %v; want true, nil", d, ok, err)
 	}
-	if ok, err := s.GrowFrom(d); ok || err != nil {
-		t.Fatalf("second GrowFrom(%d) = %v, %v; want false, nil", d, ok, err)
+	if ok, err := s.growFrom(d); ok || err != nil {
+		t.Fatalf("second growFrom(%d) = %v, %v; want false, nil", d, ok, err)
 	}
 	if got := s.Stats().Buckets; got != 16 {
 		t.Fatalf("Buckets = %d, want 16", got)
 	}
-	if started, err := s.BeginGrow(); !started || err != nil {
-		t.Fatalf("BeginGrow() = %v, %v; want true, nil", started, err)
+	if started, err := s.beginGrow(); !started || err != nil {
+		t.Fatalf("beginGrow() = %v, %v; want true, nil", started, err)
 	}
-	if started, err := s.BeginGrow(); started || err != nil {
-		t.Fatalf("second BeginGrow() = %v, %v; want false, nil (already growing)", started, err)
+	if started, err := s.beginGrow(); started || err != nil {
+		t.Fatalf("second beginGrow() = %v, %v; want false, nil (already growing)", started, err)
 	}
 	if !s.Growing() || s.NextGrowBytes() != 0 {
 		t.Fatalf("Growing() = %v, NextGrowBytes() = %d during a doubling", s.Growing(), s.NextGrowBytes())
@@ -583,7 +583,7 @@ func TestStress(t *testing.T) {
 			if s.LoadFactor() < 0.5 {
 				return errCrowd
 			}
-			if _, err := s.GrowFrom(d); err != nil {
+			if _, err := s.growFrom(d); err != nil {
 				return err
 			}
 		}
@@ -658,7 +658,7 @@ func TestStress(t *testing.T) {
 			default:
 			}
 			if s.LoadFactor() >= 0.7 {
-				if _, err := s.BeginGrow(); err != nil && !errors.Is(err, ErrSaturated) {
+				if _, err := s.beginGrow(); err != nil && !errors.Is(err, ErrSaturated) {
 					errc <- err
 					return
 				}
@@ -849,4 +849,20 @@ func TestFPRAfterDoublings(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// growFrom doubles s, as resize.Resizer.GrowNow does, only if it has
+// finished exactly doublings doublings, and reports whether it began the
+// doubling (false if another caller doubled s meanwhile, or had begun
+// already, in which case growFrom helps finish it).
+func (s *Shard) growFrom(doublings int) (bool, error) {
+	began, err := s.BeginGrowFrom(doublings)
+	if err != nil {
+		return false, err
+	}
+	if s.Doublings() == doublings || began {
+		for !s.GrowStep(DefaultChunk) {
+		}
+	}
+	return began, nil
 }

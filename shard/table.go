@@ -249,17 +249,6 @@ func (t *table) place(b, s uint64) bool {
 	return t.put(b2, s2)
 }
 
-// stashPut parks slot s of bucket b in the stash and reports whether the
-// stash had room: an eviction walk may use StashSize entries. The caller
-// holds the shard's mutex.
-func (t *table) stashPut(b, s uint64) bool {
-	if t.stashN.Load() >= StashSize {
-		return false
-	}
-	t.stashAdd(b, s)
-	return true
-}
-
 // stashAdd parks slot s of bucket b in the stash whatever its length. The
 // caller holds the shard's mutex.
 func (t *table) stashAdd(b, s uint64) {
