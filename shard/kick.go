@@ -41,6 +41,7 @@ type pathNode struct {
 // stash. The caller holds s.mu; t is not migrating (or is the new table
 // of a doubling that is finishing under every stripe, with bump false).
 func (s *Shard) kickLocked(t *table, b1, s1, b2, s2 uint64, bump bool) (uint64, error) {
+	s.searches++
 	nodes := append(s.nodes[:0], pathNode{b: b1, in: s1, parent: -1}, pathNode{b: b2, in: s2, parent: -1})
 	defer func() { s.nodes = nodes[:0] }()
 	for i := 0; i < len(nodes); i++ {

@@ -43,6 +43,9 @@ type writeSide struct {
 	// writers retrying on a full shard would otherwise search it, up to
 	// maxPathNodes bucket reads each, again and again.
 	fullAt int64
+	// searches counts the searches for an eviction path, for tests: a
+	// failed search moves nothing and bumps no version.
+	searches uint64
 }
 
 // New returns an empty shard with 2^log2Buckets buckets of four slots.

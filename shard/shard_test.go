@@ -374,8 +374,9 @@ func sumOf(vs [stripes]uint64) uint64 {
 }
 
 // TestFullShardStopsWalking checks that once an eviction walk has failed,
-// inserts that would need one fail at once, without a walk (which keeps
-// the sequence odd and makes lookups retry), until a delete makes room.
+// inserts that would need one fail at once, without searching again (a
+// search reads up to maxPathNodes buckets under the shard's lock, for
+// every retry of a writer on a full shard), until a delete makes room.
 func TestFullShardStopsWalking(t *testing.T) {
 	r := rand.New(rand.NewPCG(testSeed(t), 4))
 	s := mustNew(t, 6)
@@ -393,7 +394,7 @@ func TestFullShardStopsWalking(t *testing.T) {
 	}
 	walked := 0
 	for range 1000 {
-		seq := s.vers.sum()
+		searches := s.searches
 		it := randomItem(r)
 		if err := s.Insert(it.f, it.v); !errors.Is(err, ErrFull) {
 			if err != nil {
@@ -402,19 +403,24 @@ func TestFullShardStopsWalking(t *testing.T) {
 			in = append(in, it) // a free slot in one of its buckets
 			continue
 		}
-		if s.vers.sum() != seq {
+		if s.searches != searches {
 			walked++
 		}
 	}
 	if walked != 0 {
 		t.Fatalf("%d of the inserts into a full shard walked again", walked)
 	}
-	if !s.Delete(in[0].f, in[0].v) {
-		t.Fatal("Delete of an inserted item failed")
-	}
-	in = in[1:]
-	seq := s.vers.sum()
-	for s.vers.sum() == seq { // until an insert walks again
+	// A delete makes room, so the next insert that finds no free slot in
+	// its buckets walks again. An insert that lands in the freed slot
+	// fills the shard again without a walk (and then nothing would walk):
+	// delete another item and try again.
+	walkedAgain := false
+	for range 1000 {
+		if !s.Delete(in[0].f, in[0].v) {
+			t.Fatal("Delete of an inserted item failed")
+		}
+		in = in[1:]
+		searches := s.searches
 		it := randomItem(r)
 		err := s.Insert(it.f, it.v)
 		if err == nil {
@@ -422,6 +428,16 @@ func TestFullShardStopsWalking(t *testing.T) {
 		} else if !errors.Is(err, ErrFull) {
 			t.Fatal(err)
 		}
+		if s.searches != searches {
+			walkedAgain = true
+			break
+		}
+		if err != nil {
+			t.Fatal("an insert into a shard with room refused without walking")
+		}
+	}
+	if !walkedAgain {
+		t.Fatal("no insert walked again after 1000 deletes")
 	}
 	checkAll(t, s, countItems(in), "after the delete")
 }
