@@ -213,10 +213,11 @@ func (s *Shard) added(t *table, sl uint64) {
 
 // Delete removes one copy of the item with fingerprint f and position v
 // and reports whether there was one. Of the entries the item matches in
-// its two buckets and the stash it removes one with the longest tail: that
-// is safe even if it is another item's entry, because every item that
-// matches a longer tail also matches the shorter one the deleted item's
-// own entry keeps (its tail is a prefix of the longer one). Deleting an
+// its two buckets and the stash it removes the most specific, the one that
+// knows the most position bits (its table's bucket bits and its tail):
+// that is safe even if it is another item's entry, because every item that
+// matches a more specific entry also matches the less specific one the
+// deleted item's own entry keeps (what it knows is a prefix). Deleting an
 // item that was never inserted can still remove another item's entry;
 // callers delete only what they inserted.
 //
@@ -234,12 +235,18 @@ func (s *Shard) Delete(f uint8, v uint64) bool {
 	g := alt(f)
 	nt := t.next.Load()
 	cur := t.cursor.Load()
-	// The best match: a lane of a resolved bucket, or a stash entry.
+	// The best match: a lane of a resolved bucket, or a stash entry. While
+	// the shard doubles, the candidates sit in tables of two sizes, and an
+	// entry's specificity is the position bits it knows, its table's k
+	// plus its tail: a tail of 7 in the new table knows one bit more than
+	// a tail of 7 in the old one. (Comparing tails alone took the old
+	// table's less specific entry of another item, and left this item's
+	// own, which that item does not match: a false negative.)
 	var (
 		bestTab  *table
 		bestB    uint64
 		bestLane = -1
-		bestLen  = -1
+		bestBits = -1
 		bestSt   = -1
 	)
 	for _, vc := range [2]uint64{v, v ^ g} {
@@ -247,8 +254,8 @@ func (s *Shard) Delete(f uint8, v uint64) bool {
 		b, pb, _ := rt.candidate(f, vc)
 		w := rt.buckets[b]
 		for i := range slotsPerBucket {
-			if sl := laneOf(w, i); slotMatches(sl, f, pb) && tailLen(sl) > bestLen {
-				bestTab, bestB, bestLane, bestLen, bestSt = rt, b, i, tailLen(sl), -1
+			if sl := laneOf(w, i); slotMatches(sl, f, pb) && int(rt.k)+tailLen(sl) > bestBits {
+				bestTab, bestB, bestLane, bestBits, bestSt = rt, b, i, int(rt.k)+tailLen(sl), -1
 			}
 		}
 	}
@@ -257,12 +264,12 @@ func (s *Shard) Delete(f uint8, v uint64) bool {
 			continue
 		}
 		if i := st.stashMatch(f, v, g); i >= 0 {
-			if l := tailLen(st.stashEntries()[i] & laneMask); l > bestLen {
-				bestTab, bestLane, bestLen, bestSt = st, -1, l, i
+			if n := int(st.k)+tailLen(st.stashEntries()[i]&laneMask); n > bestBits {
+				bestTab, bestLane, bestBits, bestSt = st, -1, n, i
 			}
 		}
 	}
-	if bestLen < 0 {
+	if bestBits < 0 {
 		return false
 	}
 	// Clearing a slot moves nothing, so it bumps no stripe.
