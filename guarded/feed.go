@@ -32,8 +32,8 @@ type feedHook struct {
 //     false-positive rate above [WithMaxFPR]) is asked of the feed by
 //     calling resync, at most once every 10 seconds; resync must not
 //     block. The feed then rebuilds through [Loader.Resync] from a read
-//     whose snapshot it can order against its changes. The key source
-//     ([WithKeySource]) is not used.
+//     whose snapshot it can order against its changes. The store's key
+//     list ([KeyLister]) is not used.
 //
 // AttachFeed invalidates the Loader, which passes every lookup through
 // until the feed has resynced and calls [Loader.MarkReady], and waits for

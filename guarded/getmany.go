@@ -8,9 +8,8 @@ import (
 // GetMany returns the values of keys: vals[i] and errs[i] are what
 // [Loader.Get] would return for keys[i]. Keys the guard knows are absent
 // get [ErrNotFound] without the store (looked up together, as
-// [Guard.ContainsMany] does); the rest go to the store in one call of the
-// batch lookup set with [WithBatchLookup], or, without one, one lookup per
-// key. A key asked for more than once is looked up once. Concurrent Gets
+// [guard.Guard.ContainsMany] does); the rest go to the store in one call of
+// its GetMany if it is a [BatchGetter], or, if not, one Get per key. A key asked for more than once is looked up once. Concurrent Gets
 // and GetManys of the same key share one store call, as Gets do, and the
 // negative cache ([WithNegativeCache]) answers and learns as for Get.
 //

@@ -176,7 +176,7 @@ func (l *Loader[K, V]) Ready() bool {
 }
 
 // Close stops a rebuild in progress, waits for it, and closes the guards.
-// Lookups keep working afterwards (see [Guard.Close]); inserts return an
+// Lookups keep working afterwards (see [guard.Guard.Close]); inserts return an
 // error. Close is idempotent and returns nil.
 func (l *Loader[K, V]) Close() error {
 	l.closeOnce.Do(func() {

@@ -9,7 +9,7 @@ import "github.com/cuckooguard/cuckooguard/guard"
 type Stats struct {
 	Ready             bool        // the guard answers ErrNotFound on its own
 	StoreCalls        uint64      // calls of the lookup function and of the batch lookup
-	BatchCalls        uint64      // calls of the batch lookup (WithBatchLookup)
+	BatchCalls        uint64      // calls of the store's GetMany (BatchGetter)
 	Avoided           uint64      // lookups answered ErrNotFound without the store
 	LetThrough        uint64      // lookups the guard let through to the store: the key may exist
 	FalsePositives    uint64      // store "not found" for keys the guard let through

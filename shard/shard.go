@@ -264,7 +264,7 @@ func (s *Shard) Delete(f uint8, v uint64) bool {
 			continue
 		}
 		if i := st.stashMatch(f, v, g); i >= 0 {
-			if n := int(st.k)+tailLen(st.stashEntries()[i]&laneMask); n > bestBits {
+			if n := int(st.k) + tailLen(st.stashEntries()[i]&laneMask); n > bestBits {
 				bestTab, bestLane, bestBits, bestSt = st, -1, n, i
 			}
 		}
