@@ -103,3 +103,65 @@ func ExampleLoader() {
 	// 3 Edsger
 	// 42 not found
 }
+
+// Funcs makes a store of plain functions; with LookupMany, GetMany asks
+// the store once for all the ids the guard lets through.
+func ExampleFuncs() {
+	ctx := context.Background()
+	rows := map[int64]string{1: "Ada", 2: "Grace", 3: "Edsger"}
+
+	g, err := guard.New(guard.WithCapacity(1000))
+	if err != nil {
+		panic(err)
+	}
+	loader, err := guarded.New(g, guarded.Funcs[int64, string]{
+		Lookup: func(ctx context.Context, id int64) (string, error) { // SELECT … WHERE id = $1
+			if name, ok := rows[id]; ok {
+				return name, nil
+			}
+			return "", guarded.ErrNotFound
+		},
+		LookupMany: func(ctx context.Context, ids []int64) (map[int64]string, error) { // … WHERE id = ANY($1)
+			found := make(map[int64]string, len(ids))
+			for _, id := range ids {
+				if name, ok := rows[id]; ok {
+					found[id] = name
+				}
+			}
+			return found, nil
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer loader.Close()
+	// Warm up from the table's ids (SELECT id FROM users).
+	ids := func(yield func(int64, error) bool) {
+		for id := range rows {
+			if !yield(id, nil) {
+				return
+			}
+		}
+	}
+	if err := loader.Fill(ctx, ids); err != nil {
+		panic(err)
+	}
+
+	asked := []int64{1, 3, 1000, 1001, 1002}
+	names, errs := loader.GetMany(ctx, asked)
+	for i, id := range asked {
+		if errors.Is(errs[i], guarded.ErrNotFound) {
+			fmt.Println(id, "not found")
+			continue
+		}
+		fmt.Println(id, names[i])
+	}
+	fmt.Println("store calls:", loader.Stats().StoreCalls)
+	// Output:
+	// 1 Ada
+	// 3 Edsger
+	// 1000 not found
+	// 1001 not found
+	// 1002 not found
+	// store calls: 1
+}
