@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/cuckooguard/cuckooguard/internal/testrand"
+	"github.com/cuckooguard/cuckooguard/shard"
 )
 
 // TestModel runs random operation sequences against a plain map: adds of
@@ -542,24 +543,41 @@ func TestMaxBytes(t *testing.T) {
 	}
 }
 
-// TestCloseDuringGrowth closes a guard while its shards double and checks
-// that it stays readable, removes work and adds return ErrClosed.
+// TestCloseDuringGrowth closes a guard while a shard is half doubled and
+// checks that it stays readable, removes work and adds return ErrClosed.
+// (resize's TestCloseMidMigration stops a background migration with
+// Close.)
 func TestCloseDuringGrowth(t *testing.T) {
-	// One large shard, so that its doubling takes long enough to be caught
-	// in the middle.
-	g := mustNew(t, WithShards(1), WithCapacity(500_000), WithSeed(testSeed(t)))
+	// The test doubles the shard itself, so that Close finds it half done
+	// whatever the scheduler does: filled to 0.9 under a grow threshold of
+	// 0.95, the shard gets no background doubling. Waiting to observe a background doubling
+	// instead hung for 9 minutes at GOMAXPROCS=1 under -race: the adding
+	// goroutine never ran while one was in progress, and each doubling
+	// doubled the adds until the next.
+	g := mustNew(t, WithShards(1), WithCapacity(100_000), WithGrowThreshold(0.95), WithSeed(testSeed(t)))
+	s := &g.shards[0]
 	n := 0
-	for ; !g.shards[0].Growing() || n < 10; n++ {
+	for ; s.LoadFactor() < 0.9; n++ {
 		if err := g.AddString(strconv.Itoa(n)); err != nil {
 			t.Fatal(err)
+		}
+	}
+	if _, err := s.BeginGrowFrom(s.Doublings()); err != nil {
+		t.Fatal(err)
+	}
+	for range 8 {
+		if s.GrowStep(shard.DefaultChunk) {
+			t.Fatal("the doubling finished in 8 steps: make the shard larger")
 		}
 	}
 	if err := g.Close(); err != nil {
 		t.Fatal(err)
 	}
 	st := g.Stats()
-	t.Logf("closed after %d adds; shard growing: %v, migrated %d of %d buckets",
-		n, st.PerShard[0].Growing, st.PerShard[0].MigratedBuckets, st.PerShard[0].Buckets/2)
+	t.Logf("closed after %d adds; migrated %d of %d buckets", n, st.PerShard[0].MigratedBuckets, st.PerShard[0].Buckets/2)
+	if !st.PerShard[0].Growing {
+		t.Fatal("the shard is not doubling at Close")
+	}
 	for i := range n {
 		if !g.ContainsString(strconv.Itoa(i)) {
 			t.Fatalf("false negative for %d after Close", i)
