@@ -15,9 +15,11 @@ import (
 // on an internal mutex and lookups take no lock. A Shard must not be copied
 // after first use.
 type Shard struct {
-	// Read side: everything a lookup touches, in one cache line.
-	tab  atomic.Pointer[table] // current table; replaced by a doubling
+	// Read side: everything a lookup touches, in one cache line. The
+	// versions (8-byte aligned) go first, so that no alignment gap opens
+	// before them on 32-bit platforms, where the pointer takes 4 bytes.
 	vers versions              // striped versions: odd while entries move (see seqlock.go)
+	tab  atomic.Pointer[table] // current table; replaced by a doubling
 	_    [cacheLine - unsafe.Sizeof(versions{}) - unsafe.Sizeof(uintptr(0))]byte
 
 	// Write side, kept off the readers' cache line so that plain inserts and
@@ -45,7 +47,7 @@ type writeSide struct {
 	fullAt int64
 	// searches counts the searches for an eviction path, for tests: a
 	// failed search moves nothing and bumps no version.
-	searches uint64
+	searches int
 }
 
 // New returns an empty shard with 2^log2Buckets buckets of four slots.
