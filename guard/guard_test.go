@@ -466,7 +466,7 @@ func TestClose(t *testing.T) {
 // TestGrowthWithoutWall grows a guard made for 1000 keys 2000 times (2M
 // keys; fewer with -short or under the race detector): every add is
 // accepted, no key is lost, and the false-positive rate stays what the
-// estimate says, at most 2e-3 after the 11 doublings.
+// estimate says, at most 2e-3 after growing 2000×.
 func TestGrowthWithoutWall(t *testing.T) {
 	total := 2_000_000
 	if testing.Short() || testrand.Race {
@@ -490,8 +490,11 @@ func TestGrowthWithoutWall(t *testing.T) {
 	if fpr > 1.5*st.EstimatedFPR || fpr < st.EstimatedFPR/1.5 {
 		t.Errorf("measured FPR %.3g, want within 1.5× of the estimate %.3g", fpr, st.EstimatedFPR)
 	}
-	if total == 2_000_000 && (st.MaxDoublings < 11 || fpr > 2e-3) {
-		t.Errorf("after %d doublings: FPR %.3g, want at most 2e-3 after at least 11", st.MaxDoublings, fpr)
+	// 2000× growth is 11 doublings of a guard's shards at GOMAXPROCS 1 or
+	// 2; a guard made on more cores has more, smaller shards (151 at 64),
+	// which reach 2M keys in fewer doublings (10 at 64).
+	if total == 2_000_000 && (st.MaxDoublings < 9 || fpr > 2e-3) {
+		t.Errorf("after %d doublings: FPR %.3g, want at most 2e-3 after at least 9", st.MaxDoublings, fpr)
 	}
 }
 
