@@ -29,7 +29,7 @@ import "sync/atomic"
 //     nothing: a lookup that misses an insert that overlapped it, or
 //     finds an entry being deleted, was allowed to.
 //   - An eviction path is found first without moving anything (see
-//     pathLocked), then moved from its end toward its start, one entry at
+//     kickLocked), then moved from its end toward its start, one entry at
 //     a time: each move opens a window of two stores on two stripes, not
 //     one on the whole shard for a whole random walk, as a walk that
 //     moves as it searches would need.
