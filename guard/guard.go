@@ -119,16 +119,6 @@ func (g *Guard) bytes() int {
 	return n
 }
 
-// mix is the SplitMix64 finalizer.
-func mix(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
-}
-
 // route cuts a key hash into its shard, fingerprint and position, as laid
 // out in the package documentation.
 func (g *Guard) route(h uint64) (s *shard.Shard, f uint8, v uint64) {

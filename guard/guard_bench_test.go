@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+
+	"github.com/cuckooguard/cuckooguard/internal/testrand"
 )
 
 // benchKeys returns n 16-byte keys, n a power of two.
@@ -13,7 +15,7 @@ func benchKeys(n int, salt uint64) [][]byte {
 	buf := make([]byte, 16*n)
 	for i := range keys {
 		k := buf[16*i : 16*i+16 : 16*i+16]
-		binary.LittleEndian.PutUint64(k, mix(uint64(i)^salt))
+		binary.LittleEndian.PutUint64(k, testrand.Mix(uint64(i)^salt))
 		binary.LittleEndian.PutUint64(k[8:], uint64(i))
 		keys[i] = k
 	}

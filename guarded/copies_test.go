@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/internal/testrand"
 )
 
 // The tests in this file check the copy-count rule of the Loader: a guard
@@ -538,17 +539,7 @@ func TestLoaderReplicasStress(t *testing.T) {
 // clusterCodec hashes integer keys so that the keys of each cluster of
 // four (k/4 equal) get the same hash: no guard can tell them apart, so a
 // removal of a key the guard does not hold takes a cluster mate's copy.
-var clusterCodec = keyCodec[int]{hash: func(_ *guard.Guard, k int) uint64 { return splitmix(uint64(k/4) + 1) }}
-
-// splitmix is the SplitMix64 finalizer: a well-mixed hash of x.
-func splitmix(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
-}
+var clusterCodec = keyCodec[int]{hash: func(_ *guard.Guard, k int) uint64 { return testrand.Mix(uint64(k/4) + 1) }}
 
 // logTable is a table whose commits append to a log, the change feed.
 type logTable struct {
