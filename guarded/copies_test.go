@@ -177,26 +177,58 @@ func TestLoaderCatchUpReplaysOwnDelete(t *testing.T) {
 	}
 }
 
-// safeErr is an error that says nothing reached the server, like pgconn's.
-type safeErr struct{}
+// sqlStateErr is a server's error with a SQLSTATE, like *pgconn.PgError.
+type sqlStateErr string
 
-func (safeErr) Error() string     { return "dial: connection refused" }
-func (safeErr) SafeToRetry() bool { return true }
+func (e sqlStateErr) Error() string    { return "ERROR: server says no (SQLSTATE " + string(e) + ")" }
+func (e sqlStateErr) SQLState() string { return string(e) }
 
+// retryErr says it is safe to retry, as pgconn's connLockError does for a
+// connection that broke while reading the COMMIT reply.
+type retryErr struct{ err error }
+
+func (e retryErr) Error() string     { return "conn closed: " + e.err.Error() }
+func (e retryErr) Unwrap() error     { return e.err }
+func (e retryErr) SafeToRetry() bool { return true }
+
+// TestNotWritten is the first defect of the client-found issue: only
+// proof that the store did not commit rolls a key back.
 func TestNotWritten(t *testing.T) {
 	tests := []struct {
 		name string
 		err  error
 		want bool
 	}{
-		{"plain error", errors.New("unique violation"), true},
-		{"safe to retry", fmt.Errorf("insert: %w", safeErr{}), true},
+		// Proof: the server answered the statement or the commit.
+		{"unique violation", fmt.Errorf("insert: %w", sqlStateErr("23505")), true},
+		{"serialization failure", sqlStateErr("40001"), true},
+		{"deadlock", sqlStateErr("40P01"), true},
+		{"raised by a trigger", sqlStateErr("P0001"), true},
+		{"idle in transaction timeout", sqlStateErr("25P03"), true},
+		{"ErrNotWritten", fmt.Errorf("user exists: %w", ErrNotWritten), true},
+		// No proof: the commit may have happened.
+		{"nil", nil, false},
+		{"plain error", errors.New("unique violation"), false},
+		{"safe to retry", retryErr{io.ErrUnexpectedEOF}, false},
 		{"ErrMaybeWritten", fmt.Errorf("ack lost: %w", ErrMaybeWritten), false},
+		{"ErrMaybeWritten over a SQLSTATE", fmt.Errorf("%w: %w", ErrMaybeWritten, sqlStateErr("23505")), false},
+		{"ErrMaybeWritten over ErrNotWritten", fmt.Errorf("%w: %w", ErrMaybeWritten, ErrNotWritten), false},
 		{"deadline", fmt.Errorf("insert: %w", context.DeadlineExceeded), false},
 		{"canceled", context.Canceled, false},
+		{"canceled with a SQLSTATE", fmt.Errorf("%w: %w", context.Canceled, sqlStateErr("57014")), false},
 		{"net error", &net.OpError{Op: "read", Err: syscall.ECONNRESET}, false},
 		{"reset", fmt.Errorf("x: %w", syscall.ECONNRESET), false},
 		{"unexpected EOF", fmt.Errorf("read reply: %w", io.ErrUnexpectedEOF), false},
+		{"admin shutdown", sqlStateErr("57P01"), false},
+		{"crash shutdown", sqlStateErr("57P02"), false},
+		{"query canceled", sqlStateErr("57014"), false},
+		{"connection failure", sqlStateErr("08006"), false},
+		{"I/O error", sqlStateErr("58030"), false},
+		{"internal error", sqlStateErr("XX000"), false},
+		{"foreign data wrapper", sqlStateErr("HV000"), false},
+		{"statement completion unknown", sqlStateErr("40003"), false},
+		{"warning", sqlStateErr("01000"), false},
+		{"malformed SQLSTATE", sqlStateErr("235"), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -229,17 +261,24 @@ func TestLoaderInsertAmbiguousWrite(t *testing.T) {
 	if v, err := l.Get(ctx, 1); err != nil || v != "committed" {
 		t.Fatalf("Get(1) = %q, %v after a write that timed out but committed", v, err)
 	}
-	if err := l.Insert(ctx, 2, func(context.Context) error { return errors.New("unique violation") }); err == nil {
+	if err := l.Insert(ctx, 2, func(context.Context) error { return sqlStateErr("23505") }); err == nil {
 		t.Fatal("Insert lost its write's error")
 	}
 	if n := l.Guard().Len(); n != 1 {
 		t.Fatalf("guard holds %d keys; the certainly failed insert was not rolled back", n)
 	}
+	// An error that proves nothing keeps the key, "safe to retry" included.
+	if err := l.Insert(ctx, 4, func(context.Context) error { s.put(4, "four"); return retryErr{io.ErrUnexpectedEOF} }); err == nil {
+		t.Fatal("Insert lost its write's error")
+	}
+	if v, err := l.Get(ctx, 4); err != nil || v != "four" {
+		t.Fatalf("Get(4) = %q, %v after a write whose COMMIT reply was lost", v, err)
+	}
 
 	// A classification that trusts nothing keeps every key.
 	l2 := newTestLoader(t, s, nil, WithRollback(func(error) bool { return false }))
 	l2.MarkReady()
-	l2.Insert(ctx, 3, func(context.Context) error { return errors.New("unique violation") })
+	l2.Insert(ctx, 3, func(context.Context) error { return sqlStateErr("23505") })
 	if n := l2.Guard().Len(); n != 1 {
 		t.Fatalf("guard holds %d keys with WithRollback(never), want 1", n)
 	}
@@ -278,12 +317,12 @@ func TestLoaderConcurrentInsertsOfOneKey(t *testing.T) {
 					mu.Unlock()
 					time.Sleep(100 * time.Millisecond) // a slow write (fake time)
 					if created.Add(1) > 1 {
-						return errors.New("duplicate key") // certain: nothing written
+						return sqlStateErr("23505") // the server refused it: nothing written
 					}
 					s.put(42, "v")
 					return nil
 				})
-				if err != nil && err.Error() != "duplicate key" {
+				if err != nil && err != sqlStateErr("23505") {
 					t.Error(err)
 				}
 			})

@@ -35,7 +35,7 @@
 //     written gets two, which is harmless). A Delete that begins before the
 //     fill is done removes nothing: the fill may not have read its row yet.
 //   - Steady state: Insert adds before its write and takes the copy back
-//     only when the write certainly failed ([NotWritten]). Delete removes
+//     only when the store proved it did not commit ([NotWritten]). Delete removes
 //     after the store confirmed the delete, from the guard that was
 //     complete when the Delete began; rebuilds wait for it.
 //   - Rebuild (from a [KeyLister]): the new guard receives every insert from the

@@ -2,13 +2,8 @@ package guarded
 
 import (
 	"context"
-	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"syscall"
 )
 
 // ErrNotFound is returned by [Loader.Get] and [Loader.GetMany] for a key
@@ -16,12 +11,22 @@ import (
 // was not asked) or the store said so (see [WithNotFound]).
 var ErrNotFound = errors.New("guarded: not found")
 
+// ErrNotWritten tells [Loader.Insert] that a write certainly changed
+// nothing, so that the key may leave the guard again. Wrap it into the
+// write's error when your code knows that, for a store whose errors
+// [NotWritten] cannot read (anything but a server's SQLSTATE):
+//
+//	if n == 0 { // ON CONFLICT DO NOTHING inserted no row
+//		return fmt.Errorf("%w: %w", ErrUserExists, guarded.ErrNotWritten)
+//	}
+var ErrNotWritten = errors.New("guarded: not written")
+
 // ErrMaybeWritten tells [Loader.Insert] that a write failed in a way that
-// leaves its outcome unknown (say, a commit whose acknowledgement was
-// lost). Wrap such errors with it: Insert then keeps the key in the guard,
-// a possible false positive, instead of rolling it back, a possible false
-// negative. [NotWritten] already treats context and connection errors this
-// way.
+// leaves its outcome unknown, whatever else its error says: Insert then
+// keeps the key in the guard. [NotWritten] keeps it for every error it
+// cannot prove harmless anyway; wrap ErrMaybeWritten into an error that
+// carries a SQLSTATE from a step after the commit, so that the SQLSTATE is
+// not taken for the commit's.
 var ErrMaybeWritten = errors.New("guarded: write may have happened")
 
 // ErrClosed is returned by [Loader.Insert], [Loader.Fill] and
@@ -32,31 +37,53 @@ var ErrClosed = errors.New("guarded: closed")
 var errOwned = errors.New("guarded: the guard already has a Loader, which closes it; give each Loader a guard of its own")
 
 // NotWritten is the default of [WithRollback]: it reports whether a failed
-// write's error shows that the write certainly changed nothing, so that
-// [Loader.Insert] may take the key back out of the guard.
+// write's error proves that the store did not commit the write, so that
+// [Loader.Insert] may take the key back out of the guard. A key kept for a
+// write that did not happen costs one false positive; a key taken back for
+// a write that did commit reads absent until the next rebuild, a wrong 404.
+// So NotWritten reports true only for proof:
 //
-// It reports false (the row may have been written) for [ErrMaybeWritten],
-// a cancelled or expired context, and a lost or broken connection
-// ([net.Error], [io.EOF], [io.ErrUnexpectedEOF], [driver.ErrBadConn],
-// [sql.ErrConnDone], [sql.ErrTxDone], ECONNRESET, ECONNABORTED, EPIPE),
-// because the store may have committed the write before the client stopped
-// listening. An error that says it is safe to retry (a SafeToRetry() bool
-// method reporting true, as pgconn's errors have: nothing reached the
-// server) is certain. Every other error, such as a constraint violation
-// the store reported, is taken as certain too.
+//   - an error wrapping [ErrNotWritten], which the caller's code returns
+//     when it knows (say, an INSERT … ON CONFLICT DO NOTHING that inserted
+//     no row);
+//   - an error the database server answered for the statement or the
+//     commit: an error with a SQLState() string method, as pgx's
+//     *pgconn.PgError and lib/pq's *pq.Error have, such as a unique
+//     violation (23505) or a serialization failure (40001). The server
+//     rolled the transaction back. Not so for the classes that a server
+//     sends about its connection or itself rather than about the
+//     statement, after which a commit may have happened: 08 (connection
+//     exception), 57 (operator intervention: a shutdown, a terminated
+//     backend, a cancelled wait for a synchronous standby), 58 (system
+//     error), XX (internal error) and HV (foreign data wrapper), nor for
+//     40003 (statement completion unknown).
+//
+// Everything else keeps the key: [ErrMaybeWritten], a cancelled or expired
+// context, a closed or reset connection, a timeout, an error type it does
+// not know, and a driver's "safe to retry" (pgx reports a connection that
+// broke while it read the COMMIT reply as safe to retry, although the
+// server may have committed).
 func NotWritten(err error) bool {
-	var safe interface{ SafeToRetry() bool }
-	if errors.As(err, &safe) && safe.SafeToRetry() {
+	if err == nil || errors.Is(err, ErrMaybeWritten) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	if errors.Is(err, ErrNotWritten) {
 		return true
 	}
-	var nerr net.Error
-	switch {
-	case errors.Is(err, ErrMaybeWritten),
-		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
-		errors.As(err, &nerr),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, driver.ErrBadConn), errors.Is(err, sql.ErrConnDone), errors.Is(err, sql.ErrTxDone),
-		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE):
+	var coded interface{ SQLState() string }
+	return errors.As(err, &coded) && refused(coded.SQLState())
+}
+
+// refused reports whether a server error with SQLSTATE code shows that the
+// server rolled the transaction back (see NotWritten).
+func refused(code string) bool {
+	if len(code) != 5 || code == "40003" {
+		return false
+	}
+	switch code[:2] {
+	case "00", "01", "02", // success, warning, no data: not an error
+		"08", "57", "58", "XX", "HV":
 		return false
 	}
 	return true

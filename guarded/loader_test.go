@@ -270,10 +270,11 @@ func TestLoaderInsertDeleteOrdering(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A failed write is rolled back; an uncertain one is kept.
+	// A write that certainly failed is rolled back; an uncertain one is kept.
 	boom := errors.New("boom")
 	n := l.Guard().Len()
-	if err := l.Insert(ctx, 8, func(context.Context) error { return boom }); !errors.Is(err, boom) {
+	refused := fmt.Errorf("%w: %w", boom, ErrNotWritten)
+	if err := l.Insert(ctx, 8, func(context.Context) error { return refused }); !errors.Is(err, boom) {
 		t.Fatalf("Insert = %v, want boom", err)
 	}
 	if l.Guard().Len() != n {

@@ -129,7 +129,8 @@ func TestFailedWriteRollsBack(t *testing.T) {
 		if l.Guard().Len() != n {
 			t.Fatalf("a failed insert left its key in the guard")
 		}
-		// A transaction that rolls back.
+		// A transaction that the write rolls back itself: only the write
+		// knows that nothing was written, and says so.
 		err := l.Insert(ctx, 2, func(ctx context.Context) error {
 			tx, err := db.BeginTx(ctx, nil)
 			if err != nil {
@@ -140,7 +141,7 @@ func TestFailedWriteRollsBack(t *testing.T) {
 				return err
 			}
 			tx.Rollback()
-			return errors.New("business rule said no")
+			return fmt.Errorf("business rule said no: %w", guarded.ErrNotWritten)
 		})
 		if err == nil || l.Guard().Len() != n {
 			t.Fatalf("rolled-back transaction: err %v, guard %d keys, want %d", err, l.Guard().Len(), n)

@@ -23,6 +23,8 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
 	"modernc.org/sqlite"               // registers "sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/cuckooguard/cuckooguard/guarded"
 )
 
 // User is one row of the users table.
@@ -197,10 +199,16 @@ func (d *DB) LookupMany(ctx context.Context, ids []int64) (map[int64]User, error
 	return found, nil
 }
 
-// ErrExists is returned by Insert for an id that is taken.
-var ErrExists = errors.New("userdb: user exists")
+// ErrExists is returned by Insert for an id that is taken. It wraps
+// guarded.ErrNotWritten: the INSERT certainly created no row, so a Loader
+// takes the id back out of its guard.
+var ErrExists = fmt.Errorf("userdb: user exists (%w)", guarded.ErrNotWritten)
 
-// Insert creates u. It returns ErrExists if the id is taken.
+// Insert creates u. It returns ErrExists if the id is taken. An error
+// that shows the INSERT did not run (the server refused it, or SQLite's
+// database was busy or locked) wraps guarded.ErrNotWritten or carries a
+// SQLSTATE, which guarded.NotWritten reads; any other error leaves the
+// outcome unknown.
 func (d *DB) Insert(ctx context.Context, u User) error {
 	const insert = `INSERT INTO users (id, name) VALUES ($1, $2) ON CONFLICT DO NOTHING`
 	var res sql.Result
@@ -211,6 +219,11 @@ func (d *DB) Insert(ctx context.Context, u User) error {
 		res, err = d.ExecContext(ctx, insert, u.ID, u.Name)
 	}
 	if err != nil {
+		if d.Driver == "sqlite" && sqliteRefused(err) {
+			// One statement in its own transaction, on a local file: a
+			// busy or locked database ran none of it.
+			return fmt.Errorf("userdb: insert user %d: %w (%w)", u.ID, err, guarded.ErrNotWritten)
+		}
 		return fmt.Errorf("userdb: insert user %d: %w", u.ID, err)
 	}
 	if n, err := res.RowsAffected(); err != nil {
@@ -285,12 +298,22 @@ func (d *DB) IDs(ctx context.Context) iter.Seq2[int64, error] {
 func Unavailable(err error) bool {
 	var connect *pgconn.ConnectError
 	var nerr net.Error
-	var serr *sqlite.Error
 	return errors.As(err, &connect) || errors.As(err, &nerr) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) ||
-		errors.Is(err, context.DeadlineExceeded) ||
-		errors.As(err, &serr) && (serr.Code()&0xff == sqlite3.SQLITE_BUSY || serr.Code()&0xff == sqlite3.SQLITE_LOCKED)
+		errors.Is(err, context.DeadlineExceeded) || sqliteRefused(err)
+}
+
+// sqliteRefused reports whether err is SQLite's SQLITE_BUSY or
+// SQLITE_LOCKED (with any extended code): the statement could not take
+// the lock it needed and changed nothing.
+func sqliteRefused(err error) bool {
+	var serr *sqlite.Error
+	if !errors.As(err, &serr) {
+		return false
+	}
+	code := serr.Code() & 0xff
+	return code == sqlite3.SQLITE_BUSY || code == sqlite3.SQLITE_LOCKED
 }
 
 // Count returns the number of rows.

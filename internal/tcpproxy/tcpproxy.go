@@ -1,7 +1,10 @@
 // Package tcpproxy is a TCP proxy for tests: it forwards connections to a
 // target and can delay the target's replies, stop forwarding without
 // closing anything (a dead connection that looks alive, as behind a NAT
-// that dropped its state), or close every connection.
+// that dropped its state), or close every connection. Between a
+// PostgreSQL client and server it can also drop messages of some types and
+// reset the connection that carries a given command's completion (a COMMIT
+// whose reply is lost after the server committed).
 package tcpproxy
 
 import (
@@ -23,6 +26,8 @@ type Proxy struct {
 	target  string
 	delay   time.Duration
 	drop    []byte // PostgreSQL message types dropped from the target's replies
+	reset   string // reset the connection that carries a CommandComplete with this tag, once
+	resets  int    // connections reset so
 	stalled bool
 	resume  chan struct{} // closed when forwarding resumes
 	conns   map[net.Conn]struct{}
@@ -72,6 +77,39 @@ func (p *Proxy) DropPostgresMessages(types ...byte) {
 	p.mu.Lock()
 	p.drop = append([]byte(nil), types...)
 	p.mu.Unlock()
+}
+
+// ResetOnCommandComplete arms the proxy once: the next PostgreSQL
+// CommandComplete message with the given tag (such as "COMMIT" or
+// "INSERT 0 1") that a target sends, on any connection, is not forwarded.
+// Instead the client's side of that connection is reset (a TCP RST, after
+// the messages before it) and the target's side closed: the server has
+// done the command, and the client never hears so. The clients must not
+// ask for TLS.
+func (p *Proxy) ResetOnCommandComplete(tag string) {
+	p.mu.Lock()
+	p.reset = tag
+	p.mu.Unlock()
+}
+
+// Resets returns how many connections ResetOnCommandComplete has reset.
+func (p *Proxy) Resets() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.resets
+}
+
+// takeReset reports whether a CommandComplete with tag must reset its
+// connection, and disarms the proxy if so.
+func (p *Proxy) takeReset(tag string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.reset == "" || p.reset != tag {
+		return false
+	}
+	p.reset = ""
+	p.resets++
+	return true
 }
 
 // Stall stops forwarding in both directions without closing either side:
@@ -144,8 +182,8 @@ func (p *Proxy) accept() {
 		drop := p.drop
 		p.mu.Unlock()
 		p.wg.Add(2)
-		go p.forward(t, c, false, nil) // client → target
-		go p.forward(c, t, true, drop) // target → client, delayed, filtered
+		go p.forward(t, c, false, nil)                        // client → target
+		go p.forward(c, t, true, &pgStream{p: p, drop: drop}) // target → client, delayed, filtered
 	}
 }
 
@@ -165,16 +203,18 @@ func (p *Proxy) track(cs ...net.Conn) bool {
 	return true
 }
 
-// chunk is bytes read from one side and when.
+// chunk is bytes read from one side and when; reset: after writing b,
+// reset dst and close src.
 type chunk struct {
-	b  []byte
-	at time.Time
+	b     []byte
+	at    time.Time
+	reset bool
 }
 
 // forward copies src to dst, delayed if delayed and the proxy has a delay,
-// holding bytes while stalled and dropping PostgreSQL messages of the
-// types in drop. It closes both when either side ends.
-func (p *Proxy) forward(dst, src net.Conn, delayed bool, drop []byte) {
+// holding bytes while stalled, and passing what src sends through pg if
+// it is not nil. It closes both when either side ends.
+func (p *Proxy) forward(dst, src net.Conn, delayed bool, pg *pgStream) {
 	defer p.wg.Done()
 	ch := make(chan chunk, 64)
 	done := make(chan struct{})
@@ -193,20 +233,30 @@ func (p *Proxy) forward(dst, src net.Conn, delayed bool, drop []byte) {
 			if _, err := dst.Write(c.b); err != nil {
 				break
 			}
+			if c.reset {
+				if tc, ok := dst.(*net.TCPConn); ok {
+					tc.SetLinger(0) // Close sends RST, not FIN
+				}
+				dst.Close()
+				src.Close()
+				break
+			}
 		}
 		for range ch { // drain after a failed write
 		}
 	}()
 	buf := make([]byte, 32<<10)
-	var pending []byte // an incomplete message, when filtering
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			b := append([]byte(nil), buf[:n]...)
-			if len(drop) > 0 {
-				b, pending = filterMessages(append(pending, b...), drop)
+			b, reset := append([]byte(nil), buf[:n]...), false
+			if pg != nil {
+				b, reset = pg.feed(b)
 			}
-			ch <- chunk{b: b, at: time.Now()}
+			ch <- chunk{b: b, at: time.Now(), reset: reset}
+			if reset {
+				break
+			}
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
@@ -225,18 +275,55 @@ func (p *Proxy) forward(dst, src net.Conn, delayed bool, drop []byte) {
 	p.mu.Unlock()
 }
 
-// filterMessages returns the complete PostgreSQL messages at the start of b
-// whose type is not in drop, and the incomplete rest of b.
-func filterMessages(b, drop []byte) (kept, rest []byte) {
-	for len(b) >= 5 {
-		n := 1 + int(binary.BigEndian.Uint32(b[1:5]))
-		if len(b) < n {
+// pgStream follows the PostgreSQL messages that a server sends a client
+// (type byte, 4-byte length, body), to drop some and to reset the
+// connection at a given CommandComplete. A stream that does not start as
+// PostgreSQL's does, or that turns to TLS, is forwarded as it is.
+type pgStream struct {
+	p       *Proxy
+	drop    []byte // message types to drop, as set when the connection opened
+	started bool   // past the first byte
+	off     bool   // not following: forward as it is
+	pending []byte // an incomplete message
+}
+
+// feed takes what the server sent next and returns what to forward, and
+// whether to reset the connection after it.
+func (s *pgStream) feed(b []byte) (out []byte, reset bool) {
+	if s.off {
+		return b, false
+	}
+	if !s.started && len(b) > 0 {
+		s.started = true
+		switch b[0] {
+		case 'N': // the one-byte answer to an SSLRequest: no TLS
+			out, b = append(out, 'N'), b[1:]
+		case 'R', 'E': // authentication, or an error: the first message
+		default: // 'S' (TLS follows) or not PostgreSQL
+			s.off = true
+			return b, false
+		}
+	}
+	buf := append(s.pending, b...)
+	s.pending = nil
+	for len(buf) >= 5 {
+		n := 1 + int(binary.BigEndian.Uint32(buf[1:5]))
+		if n < 5 { // no message is shorter: lost track, stop following
+			s.off = true
+			return append(out, buf...), false
+		}
+		if len(buf) < n {
 			break
 		}
-		if !bytes.Contains(drop, b[:1]) {
-			kept = append(kept, b[:n]...)
+		msg := buf[:n]
+		buf = buf[n:]
+		if msg[0] == 'C' && s.p.takeReset(string(bytes.TrimRight(msg[5:], "\x00"))) {
+			return out, true
 		}
-		b = b[n:]
+		if !bytes.Contains(s.drop, msg[:1]) {
+			out = append(out, msg...)
+		}
 	}
-	return kept, append([]byte(nil), b...)
+	s.pending = append([]byte(nil), buf...)
+	return out, false
 }
