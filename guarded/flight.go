@@ -2,6 +2,9 @@ package guarded
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
 	"sync"
 )
 
@@ -20,6 +23,10 @@ import (
 //     allocates nothing; a waiter costs one channel.
 //   - A batch (Loader.GetMany) leads the calls of many keys at once with
 //     begin and finish, and waits for the calls it joined with wait.
+//   - A lookup that panics, or calls runtime.Goexit, still finishes its
+//     call (see protect): its waiters get an error that says so, the key
+//     is free for the next caller, and the panic goes on in the leader's
+//     goroutine, as golang.org/x/sync/singleflight does.
 //
 // The stripes spread keys over several mutexes by hash.
 type flight[K comparable, V any] struct {
@@ -58,10 +65,61 @@ func (f *flight[K, V]) do(ctx context.Context, h uint64, key K, lookup func(cont
 			}
 			return val, err
 		}
-		val, err := lookup(ctx, key)
+		var val V
+		var err error
+		protect(func() { val, err = lookup(ctx, key) }, func(err error) {
+			f.finish(h, key, c, *new(V), err, false)
+		})
 		f.finish(h, key, c, val, err, err != nil && ctx.Err() != nil)
 		return val, err
 	}
+}
+
+// errGoexit is what the waiters of a lookup that called runtime.Goexit
+// get.
+var errGoexit = errors.New("guarded: the store lookup called runtime.Goexit")
+
+// panicError is a panic of a store lookup, with the stack where it
+// happened: the waiters of the lookup get it as their error, and the
+// leader panics with it, so that the stack survives the recover in
+// between.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (p *panicError) Error() string {
+	return fmt.Sprintf("guarded: the store lookup panicked: %v\n\n%s", p.value, p.stack)
+}
+
+// Unwrap returns the panic's value if it is an error.
+func (p *panicError) Unwrap() error {
+	err, _ := p.value.(error)
+	return err
+}
+
+// protect calls fn. If fn panics or calls runtime.Goexit, protect first
+// calls abort with an error that says so (a *panicError, or errGoexit) and
+// then lets the Goexit go on, or panics with the *panicError. A Goexit
+// leaves nothing to recover, which tells the two apart: since Go 1.21
+// panic(nil) panics with a *runtime.PanicNilError.
+func protect(fn func(), abort func(error)) {
+	normal := false
+	defer func() {
+		if normal {
+			return
+		}
+		r := recover()
+		if r == nil { // runtime.Goexit: it goes on once the deferred calls are done
+			abort(errGoexit)
+			return
+		}
+		pe := &panicError{value: r, stack: debug.Stack()}
+		abort(pe)
+		panic(pe)
+	}()
+	fn()
+	normal = true
 }
 
 // begin returns the call in flight for key and false, or, if there is

@@ -36,6 +36,12 @@ func (l *Loader[K, V]) MayContain(key K) bool {
 // waiting and returns ctx.Err(); if it was the one whose call was running,
 // that call ends too (the store stops working for nobody) and the Gets
 // still waiting start a new one. One caller leaving never fails the others.
+//
+// If the store's lookup panics (or calls runtime.Goexit), the panic goes
+// on in the Get that ran it, with the stack where it happened; the Gets
+// that waited on that call get an error that says so and wraps the panic's
+// value if it is an error, and the next Get of the key calls the store
+// again, as with golang.org/x/sync/singleflight.
 func (l *Loader[K, V]) Get(ctx context.Context, key K) (V, error) {
 	var zero V
 	if err := ctx.Err(); err != nil {

@@ -14,7 +14,9 @@ import (
 // negative cache ([WithNegativeCache]) answers and learns as for Get.
 //
 // If the batch lookup fails, every key it was asked for gets its error. If
-// ctx ends, the keys not answered yet get ctx.Err().
+// ctx ends, the keys not answered yet get ctx.Err(). A batch lookup that
+// panics frees its keys and panics on in GetMany, as a lookup does in
+// [Loader.Get].
 func (l *Loader[K, V]) GetMany(ctx context.Context, keys []K) (vals []V, errs []error) {
 	vals, errs = make([]V, len(keys)), make([]error, len(keys))
 	if err := ctx.Err(); err != nil {
@@ -93,7 +95,16 @@ func (l *Loader[K, V]) GetMany(ctx context.Context, keys []K) (vals []V, errs []
 			}
 		}
 		if len(led) > 0 {
-			found, err := l.loadMany(ctx, batch, led)
+			var found map[K]V
+			var err error
+			protect(func() { found, err = l.loadMany(ctx, batch, led) }, func(err error) {
+				// The batch lookup panicked: free every key it led.
+				for j := range todo {
+					if p := &todo[j]; p.leader {
+						l.flight.finish(hs[p.i], keys[p.i], p.c, *new(V), err, false)
+					}
+				}
+			})
 			retry := err != nil && ctx.Err() != nil
 			for j := range todo {
 				p := &todo[j]

@@ -46,6 +46,18 @@ func (l *Loader[K, V]) Insert(ctx context.Context, key K, write func(ctx context
 	if sh != nil {
 		inShadow, _ = l.add(sh, h) // a failed rebuild closes sh: nothing to keep
 	}
+	rolledBack := false
+	defer func() {
+		if rolledBack {
+			return
+		}
+		// The row may exist now (write returned, or panicked: its outcome
+		// is unknown, and the key stays). Lookups that began before the
+		// write may have joined a store call that missed the row: later
+		// ones must not join it, nor trust a negative entry cached by it.
+		l.flight.forget(h, key)
+		e.Add(1)
+	}()
 	werr := write(ctx)
 	if werr != nil && l.cfg.notWritten(werr) {
 		if inCur {
@@ -54,13 +66,9 @@ func (l *Loader[K, V]) Insert(ctx context.Context, key K, write func(ctx context
 		if inShadow {
 			sh.g.RemoveHash(h)
 		}
+		rolledBack = true
 		return werr
 	}
-	// Lookups that began before the write may have joined a store call
-	// that missed the row: later ones must not join it, nor trust a
-	// negative entry cached by it.
-	l.flight.forget(h, key)
-	e.Add(1)
 	if l.insertN.Add(1)%4096 == 0 {
 		l.checkFPR()
 	}
