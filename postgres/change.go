@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -34,9 +33,6 @@ type Change struct {
 	Key    string // the key as PostgreSQL prints it (::text)
 	OldKey string // for Update: the key before
 }
-
-// ErrPayload is returned by ParseChange for a payload it cannot decode.
-var ErrPayload = errors.New("postgres: malformed notification payload")
 
 // ParseChange decodes a payload written by the trigger of [Install]:
 // "<op> <txid> <seq> <micros> <len>:<origin> " and then "<len>:<key>" for I and D,

@@ -42,9 +42,6 @@ func (s State) String() string {
 	}
 }
 
-// errResync ends a session when a notification asks for a resync.
-var errResync = errors.New("postgres: resync requested")
-
 // Target is what a [Follower] keeps in step with a table: a
 // *guarded.Loader[K, V] of any value type V. The Follower attaches itself
 // as the Target's change feed, reads the table into a fresh guard through
@@ -58,13 +55,6 @@ type Target[K comparable] interface {
 	MarkReady()
 	Invalidate()
 }
-
-// ErrNoNotifications is returned by [Follower.Run] when its first session
-// gets nothing back on its LISTEN connection, not even the marker it sent
-// itself through the database: the connection cannot LISTEN (a PgBouncer
-// in transaction pooling mode accepts LISTEN and delivers nothing). Point
-// the Follower at the database itself, or at a session-pooling bouncer.
-var ErrNoNotifications = errors.New("postgres: follower: no notifications arrive on the LISTEN connection")
 
 // Follower keeps a [Target] (a *guarded.Loader) in step with the writes
 // made to a table,
@@ -115,72 +105,6 @@ type Follower[K comparable] struct {
 	mu          sync.Mutex   // protects lastErr
 	lastErr     error
 	resyncReq   chan struct{} // buffered 1: the Loader asked for a fresh guard
-}
-
-// FollowerOption configures a Follower.
-type FollowerOption func(*followerConfig)
-
-type followerConfig struct {
-	origin    string
-	backoff   time.Duration
-	maxLag    time.Duration
-	heartbeat time.Duration
-	deadline  time.Duration
-}
-
-// Defaults of the Follower options.
-const (
-	// DefaultHeartbeat is how often a Follower sends itself a heartbeat.
-	DefaultHeartbeat = time.Second
-)
-
-// WithHeartbeat sets how often the Follower sends itself a heartbeat
-// through the database (a NOTIFY on its channel) and expects it back on
-// its LISTEN connection. A connection that is dead without being closed
-// (a NAT or load balancer that dropped it, a half-open TCP session)
-// delivers nothing and reports nothing; the heartbeat is how the Follower
-// finds out. The default is [DefaultHeartbeat]; the heartbeat deadline
-// ([WithHeartbeatDeadline]) and the max lag ([WithMaxLag]) default to
-// multiples of it.
-func WithHeartbeat(d time.Duration) FollowerOption {
-	return func(c *followerConfig) { c.heartbeat = d }
-}
-
-// WithHeartbeatDeadline sets how long the LISTEN connection may deliver
-// nothing at all while a heartbeat is out before the Follower gives it up:
-// it invalidates the Loader (every lookup passes through), drops the
-// connection, reconnects and resyncs. It also bounds connecting and the
-// first heartbeat of a session. The default is 3× the heartbeat interval.
-func WithHeartbeatDeadline(d time.Duration) FollowerOption {
-	return func(c *followerConfig) { c.deadline = d }
-}
-
-// WithMaxLag sets how late notifications may arrive before the Follower
-// considers itself behind: it then invalidates the Loader (every lookup
-// passes through) until the lag is back under half of it. The lag is
-// measured on this process's clock alone: the round trip of the last
-// heartbeat, or the age of the oldest heartbeat not back yet, whichever is
-// larger (notifications arrive in commit order, so a heartbeat waits
-// behind every change committed before it). The default is 2× the
-// heartbeat interval.
-func WithMaxLag(d time.Duration) FollowerOption {
-	return func(c *followerConfig) { c.maxLag = d }
-}
-
-// WithOrigin sets this process's origin tag: notifications of inserts
-// tagged with it ([TagOrigin]) are skipped, because this process's Loader
-// added their keys itself. Deletes and key updates are applied whatever
-// their origin. Tag the writes made through the Loader with the same
-// origin; without tags every insert is applied twice here (one extra copy,
-// a false positive, until the next resync), never missed.
-func WithOrigin(origin string) FollowerOption {
-	return func(c *followerConfig) { c.origin = origin }
-}
-
-// WithBackoff sets the first reconnect delay, doubled after each failure
-// up to 30 s, with jitter. The default is 100 ms.
-func WithBackoff(d time.Duration) FollowerOption {
-	return func(c *followerConfig) { c.backoff = d }
 }
 
 // NewFollower returns a Follower that applies the changes of table's
@@ -402,70 +326,6 @@ func (f *Follower[K]) follow(ctx context.Context) error {
 	}
 }
 
-// wake returns when the session must look at its heartbeats next: the
-// next heartbeat is due, or the moment the oldest one out makes the lag
-// exceed the max lag, or the deadline runs out. Waking at the moment
-// rather than at the next heartbeat tick is what bounds the time from a
-// silent fault to pass-through by the heartbeat plus the max lag (the
-// deadline, with the defaults), not that and one more heartbeat.
-func (f *Follower[K]) wake(hb *heartbeats, next time.Time) time.Time {
-	const past = time.Millisecond // the checks compare with >: be past the moment
-	w := next
-	if len(hb.out) > 0 {
-		if State(f.state.Load()) == Following {
-			w = earliest(w, hb.out[0].sent.Add(f.maxLag+past))
-		}
-		w = earliest(w, hb.last.Add(f.deadline+past))
-	}
-	if State(f.state.Load()) == Resyncing {
-		w = earliest(w, hb.markerSent.Add(f.deadline+past))
-	}
-	return w
-}
-
-func earliest(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}
-
-// heartbeats is what a session knows of its heartbeats.
-type heartbeats struct {
-	session    string        // this session's token: heartbeats are "H <session>-<seq>"
-	seq        int64         // of the last heartbeat sent
-	out        []beat        // sent and not back yet, oldest first
-	rtt        time.Duration // of the last one back
-	last       time.Time     // when the last notification of any kind arrived
-	markerSent time.Time
-}
-
-type beat struct {
-	seq  int64
-	sent time.Time
-}
-
-// lag is the round trip of the last heartbeat back or the age of the
-// oldest one out, whichever is larger: both on this process's clock.
-func (hb *heartbeats) lag(now time.Time) time.Duration {
-	if len(hb.out) > 0 {
-		return max(hb.rtt, now.Sub(hb.out[0].sent))
-	}
-	return hb.rtt
-}
-
-// back records that heartbeat seq came back at now.
-func (hb *heartbeats) back(seq int64, now time.Time) bool {
-	for i, b := range hb.out {
-		if b.seq == seq {
-			hb.rtt = now.Sub(b.sent)
-			hb.out = hb.out[i+1:] // notifications arrive in order: older ones are lost or late
-			return true
-		}
-	}
-	return false
-}
-
 // notification handles one payload.
 func (f *Follower[K]) notification(payload string, sn Snapshot, hb *heartbeats, now time.Time) error {
 	c, err := ParseChange(payload)
@@ -504,21 +364,6 @@ func (f *Follower[K]) notification(payload string, sn Snapshot, hb *heartbeats, 
 	f.applied.Add(1)
 	f.lastApplied.Store(now.UnixNano())
 	return nil
-}
-
-// checkLag moves between Following and Behind by the heartbeat lag.
-func (f *Follower[K]) checkLag(lag time.Duration) {
-	f.lag.Store(int64(lag))
-	switch st := State(f.state.Load()); {
-	case st == Following && lag > f.maxLag:
-		// Too late to trust: other replicas' rows may be missing for
-		// longer than promised. Pass through until caught up.
-		f.loader.Invalidate()
-		f.state.Store(int32(Behind))
-	case st == Behind && lag < f.maxLag/2:
-		f.loader.MarkReady()
-		f.state.Store(int32(Following))
-	}
 }
 
 // connect opens a connection, within the heartbeat deadline: a database
@@ -626,46 +471,4 @@ func (f *Follower[K]) apply(c Change) error {
 		return err
 	}
 	return f.loader.Apply(guarded.Change[K]{Key: k, Deleted: c.Op == Delete})
-}
-
-// FollowerStats describes a Follower.
-type FollowerStats struct {
-	State          State
-	Applied        int64         // notifications applied
-	Skipped        int64         // notifications of own inserts, or seen by the last read
-	Resyncs        int64         // completed reads of the whole table
-	Failures       int64         // sessions that ended in an error
-	BackendPID     uint32        // of the LISTEN connection, 0 when not connected
-	Lag            time.Duration // the last heartbeat's round trip, or the age of the oldest one out if larger
-	Heartbeats     int64         // heartbeats sent
-	HeartbeatsLost int64         // sessions given up because nothing came back within the deadline
-	LastHeartbeat  time.Time     // when the last heartbeat came back
-	LastApplied    time.Time     // when the last notification was applied
-	LastError      error
-}
-
-// Stats returns the Follower's statistics.
-func (f *Follower[K]) Stats() FollowerStats {
-	f.mu.Lock()
-	lastErr := f.lastErr
-	f.mu.Unlock()
-	st := FollowerStats{
-		State:          State(f.state.Load()),
-		Applied:        f.applied.Load(),
-		Skipped:        f.skipped.Load(),
-		Resyncs:        f.resyncs.Load(),
-		Failures:       f.failures.Load(),
-		BackendPID:     f.pid.Load(),
-		Lag:            time.Duration(f.lag.Load()),
-		Heartbeats:     f.beats.Load(),
-		HeartbeatsLost: f.beatsLost.Load(),
-		LastError:      lastErr,
-	}
-	if ns := f.lastBeat.Load(); ns != 0 {
-		st.LastHeartbeat = time.Unix(0, ns)
-	}
-	if ns := f.lastApplied.Load(); ns != 0 {
-		st.LastApplied = time.Unix(0, ns)
-	}
-	return st
 }

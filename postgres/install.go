@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -125,12 +124,6 @@ END
 `, key, maxPayload, ch)
 }
 
-// ErrNotInstalled is returned by [Follower.Run] when the table has no
-// enabled trigger of [Install] that publishes on the Follower's channel:
-// the Follower would hear nothing but its own heartbeats. Run Install
-// (with the same table name as the Follower's), or enable the trigger.
-var ErrNotInstalled = errors.New("no cuckooguard trigger publishes the table's changes on the follower's channel (run postgres.Install with the same table name)")
-
 // checkInstalled returns ErrNotInstalled unless table has an enabled
 // trigger whose function notifies Channel(table).
 func checkInstalled(ctx context.Context, conn *pgx.Conn, table string) error {
@@ -142,9 +135,9 @@ func checkInstalled(ctx context.Context, conn *pgx.Conn, table string) error {
 	case err != nil:
 		return fmt.Errorf("postgres: follower: look for the trigger: %w", err)
 	case !exists:
-		return fmt.Errorf("postgres: follower: table %s not found (search_path?): %w", table, ErrNotInstalled)
+		return fmt.Errorf("%w: table %s not found (search_path?)", ErrNotInstalled, table)
 	case !installed:
-		return fmt.Errorf("postgres: follower: table %s: %w", table, ErrNotInstalled)
+		return fmt.Errorf("%w: table %s", ErrNotInstalled, table)
 	}
 	return nil
 }

@@ -1,0 +1,82 @@
+package postgres
+
+import "time"
+
+// wake returns when the session must look at its heartbeats next: the
+// next heartbeat is due, or the moment the oldest one out makes the lag
+// exceed the max lag, or the deadline runs out. Waking at the moment
+// rather than at the next heartbeat tick is what bounds the time from a
+// silent fault to pass-through by the heartbeat plus the max lag (the
+// deadline, with the defaults), not that and one more heartbeat.
+func (f *Follower[K]) wake(hb *heartbeats, next time.Time) time.Time {
+	const past = time.Millisecond // the checks compare with >: be past the moment
+	w := next
+	if len(hb.out) > 0 {
+		if State(f.state.Load()) == Following {
+			w = earliest(w, hb.out[0].sent.Add(f.maxLag+past))
+		}
+		w = earliest(w, hb.last.Add(f.deadline+past))
+	}
+	if State(f.state.Load()) == Resyncing {
+		w = earliest(w, hb.markerSent.Add(f.deadline+past))
+	}
+	return w
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// heartbeats is what a session knows of its heartbeats.
+type heartbeats struct {
+	session    string        // this session's token: heartbeats are "H <session>-<seq>"
+	seq        int64         // of the last heartbeat sent
+	out        []beat        // sent and not back yet, oldest first
+	rtt        time.Duration // of the last one back
+	last       time.Time     // when the last notification of any kind arrived
+	markerSent time.Time
+}
+
+type beat struct {
+	seq  int64
+	sent time.Time
+}
+
+// lag is the round trip of the last heartbeat back or the age of the
+// oldest one out, whichever is larger: both on this process's clock.
+func (hb *heartbeats) lag(now time.Time) time.Duration {
+	if len(hb.out) > 0 {
+		return max(hb.rtt, now.Sub(hb.out[0].sent))
+	}
+	return hb.rtt
+}
+
+// back records that heartbeat seq came back at now.
+func (hb *heartbeats) back(seq int64, now time.Time) bool {
+	for i, b := range hb.out {
+		if b.seq == seq {
+			hb.rtt = now.Sub(b.sent)
+			hb.out = hb.out[i+1:] // notifications arrive in order: older ones are lost or late
+			return true
+		}
+	}
+	return false
+}
+
+// checkLag moves between Following and Behind by the heartbeat lag.
+func (f *Follower[K]) checkLag(lag time.Duration) {
+	f.lag.Store(int64(lag))
+	switch st := State(f.state.Load()); {
+	case st == Following && lag > f.maxLag:
+		// Too late to trust: other replicas' rows may be missing for
+		// longer than promised. Pass through until caught up.
+		f.loader.Invalidate()
+		f.state.Store(int32(Behind))
+	case st == Behind && lag < f.maxLag/2:
+		f.loader.MarkReady()
+		f.state.Store(int32(Following))
+	}
+}
