@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -91,8 +92,12 @@ type Follower[K comparable] struct {
 	heartbeat time.Duration
 	deadline  time.Duration
 
+	log *slog.Logger
+
 	state       atomic.Int32
-	lag         atomic.Int64 // heartbeat lag, nanoseconds: see FollowerStats.Lag
+	rtt         atomic.Int64 // nanoseconds: the round trip of the last heartbeat (or marker) back
+	unconfirmed atomic.Int64 // unix nanoseconds since which nothing confirms the guard is current; 0: all confirmed
+	retryDelay  atomic.Int64 // nanoseconds: the wait before the last reconnect
 	applied     atomic.Int64
 	skipped     atomic.Int64
 	resyncs     atomic.Int64
@@ -102,8 +107,9 @@ type Follower[K comparable] struct {
 	pid         atomic.Uint32
 	lastApplied atomic.Int64 // unix nanoseconds
 	lastBeat    atomic.Int64 // unix nanoseconds of the last heartbeat that came back
-	mu          sync.Mutex   // protects lastErr
+	mu          sync.Mutex   // protects lastErr and byReason
 	lastErr     error
+	byReason    map[Reason]int64
 	resyncReq   chan struct{} // buffered 1: the Loader asked for a fresh guard
 }
 
@@ -111,7 +117,7 @@ type Follower[K comparable] struct {
 // keyColumn, parsed with parse from their text form, to loader. dsn is a
 // postgres:// URL; the Follower opens two connections of its own.
 func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, parse func(string) (K, error), opts ...FollowerOption) (*Follower[K], error) {
-	c := followerConfig{backoff: 100 * time.Millisecond, heartbeat: DefaultHeartbeat}
+	c := followerConfig{backoff: DefaultBackoff, heartbeat: DefaultHeartbeat, logger: discardLogger}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -122,9 +128,12 @@ func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, p
 	if loader == nil || parse == nil || table == "" || keyColumn == "" {
 		return nil, errors.New("postgres: NewFollower needs a loader, a table, a key column and a parse function")
 	}
-	if c.backoff <= 0 || c.maxLag <= 0 || c.heartbeat <= 0 || c.deadline <= c.heartbeat {
-		return nil, fmt.Errorf("postgres: backoff %v, max lag %v and heartbeat %v must be positive, and the heartbeat deadline %v longer than the heartbeat",
-			c.backoff, c.maxLag, c.heartbeat, c.deadline)
+	if c.backoff <= 0 || c.backoff > MaxBackoff || c.maxLag <= 0 || c.heartbeat <= 0 || c.deadline <= c.heartbeat {
+		return nil, fmt.Errorf("postgres: backoff %v must be in (0, %v], max lag %v and heartbeat %v positive, and the heartbeat deadline %v longer than the heartbeat",
+			c.backoff, MaxBackoff, c.maxLag, c.heartbeat, c.deadline)
+	}
+	if c.logger == nil {
+		return nil, errors.New("postgres: WithLogger needs a logger")
 	}
 	conf, err := pgx.ParseConfig(dsn)
 	if err != nil {
@@ -132,7 +141,7 @@ func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, p
 	}
 	return &Follower[K]{loader: loader, conf: conf, table: table, key: keyColumn, parse: parse,
 		origin: c.origin, backoff: c.backoff, maxLag: c.maxLag, heartbeat: c.heartbeat, deadline: c.deadline,
-		resyncReq: make(chan struct{}, 1)}, nil
+		log: c.logger, byReason: make(map[Reason]int64), resyncReq: make(chan struct{}, 1)}, nil
 }
 
 // Run follows the table until ctx ends, reconnecting after failures, and
@@ -144,6 +153,13 @@ func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, p
 // setup that cannot work: [ErrNotInstalled] (no trigger of [Install] on the
 // table) or [ErrNoNotifications] (the connection cannot LISTEN).
 //
+// After a failed session Run waits before it reconnects: the first delay
+// ([WithBackoff]), doubled after each session that failed again, up to
+// [MaxBackoff], each wait drawn from the upper half of the delay. A
+// session that followed for longer than the heartbeat deadline starts the
+// delays over. Each session's failure is counted by [Reason] and logged
+// ([WithLogger]) when its reason differs from the last one's.
+//
 // The Follower's two connections show in pg_stat_activity with the
 // application_name "cuckooguard follower listen" and "cuckooguard
 // follower read", followed by the origin, unless the DSN sets one.
@@ -153,38 +169,58 @@ func (f *Follower[K]) Run(ctx context.Context) error {
 		return fmt.Errorf("postgres: follower: %w", err)
 	}
 	defer detach()
-	delay := f.backoff
+	f.unconfirmed.CompareAndSwap(0, time.Now().UnixNano()) // nothing confirmed yet
+	b := newBackoff(f.backoff, MaxBackoff)
+	var logged Reason // the reason last logged; "" after a healthy session
 	for first := true; ; first = false {
-		err := f.session(ctx)
+		followed, err := f.session(ctx)
 		f.loader.Invalidate()
 		f.state.Store(int32(PassThrough))
 		f.pid.Store(0)
+		// From now on nothing confirms the guard: the lag grows.
+		f.unconfirmed.CompareAndSwap(0, time.Now().UnixNano())
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if followed > f.deadline || errors.Is(err, errResync) {
+			// A healthy session: the next fault is met with the first
+			// delay, not with the one the last fault left.
+			b.reset()
+			logged = ""
+		}
 		if errors.Is(err, errResync) {
-			delay = f.backoff
 			continue
 		}
+		reason := reasonOf(err)
 		f.failures.Add(1)
 		f.mu.Lock()
 		f.lastErr = err
+		f.byReason[reason]++
 		f.mu.Unlock()
 		if first && (errors.Is(err, ErrNoNotifications) || errors.Is(err, ErrNotInstalled)) {
 			// A connection that cannot LISTEN will not start to, nor
 			// will a missing trigger appear: say so rather than leave
 			// the Loader passing through for good. Later sessions retry:
 			// a trigger dropped while running may come back.
+			f.log.LogAttrs(ctx, slog.LevelError, "cuckooguard: follower cannot follow",
+				slog.String("table", f.table), slog.String("reason", string(reason)), slog.Any("error", err))
 			return err
 		}
-		t := time.NewTimer(delay/2 + rand.N(delay))
+		d := b.next()
+		f.retryDelay.Store(int64(d))
+		if reason != logged {
+			logged = reason
+			f.log.LogAttrs(ctx, slog.LevelWarn, "cuckooguard: follower session failed; lookups pass through until it follows again",
+				slog.String("table", f.table), slog.String("reason", string(reason)), slog.Any("error", err),
+				slog.Duration("retry_in", d), slog.Duration("followed", followed))
+		}
+		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
 		case <-t.C:
 		}
-		delay = min(2*delay, 30*time.Second)
 	}
 }
 
@@ -198,8 +234,10 @@ func (f *Follower[K]) requestResync() {
 }
 
 // session connects, resyncs and applies notifications until an error, or
-// until the Loader asks for a resync (errResync).
-func (f *Follower[K]) session(ctx context.Context) error {
+// until the Loader asks for a resync (errResync). followed is how long it
+// followed: from the marker's return to its end, 0 if the marker never
+// came back.
+func (f *Follower[K]) session(ctx context.Context) (followed time.Duration, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go func() {
@@ -209,15 +247,20 @@ func (f *Follower[K]) session(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}()
-	err := f.follow(ctx)
-	if context.Cause(ctx) == errResync {
-		return errResync
+	var since time.Time
+	err = f.follow(ctx, &since)
+	if !since.IsZero() {
+		followed = time.Since(since)
 	}
-	return err
+	if context.Cause(ctx) == errResync {
+		return followed, errResync
+	}
+	return followed, err
 }
 
-// follow is one session: connect, LISTEN, resync, apply, with a heartbeat.
-func (f *Follower[K]) follow(ctx context.Context) error {
+// follow is one session: connect, LISTEN, resync, apply, with a
+// heartbeat. It sets *following when the marker comes back.
+func (f *Follower[K]) follow(ctx context.Context, following *time.Time) error {
 	listen, err := f.connect(ctx, "listen")
 	if err != nil {
 		return err
@@ -230,7 +273,7 @@ func (f *Follower[K]) follow(ctx context.Context) error {
 	_, err = listen.Exec(lctx, "LISTEN "+pgx.Identifier{Channel(f.table)}.Sanitize())
 	cancel()
 	if err != nil {
-		return fmt.Errorf("postgres: follower listen: %w", err)
+		return failed(ReasonListen, fmt.Errorf("postgres: follower listen: %w", err))
 	}
 	f.state.Store(int32(Resyncing))
 	sender, err := f.connect(ctx, "read") // reads the table, then sends the heartbeats
@@ -241,21 +284,25 @@ func (f *Follower[K]) follow(ctx context.Context) error {
 	// A table without the trigger sends nothing but our own heartbeats:
 	// it would look healthy and miss every change.
 	if err := checkInstalled(ctx, sender, f.table); err != nil {
-		return err
+		if errors.Is(err, ErrNotInstalled) {
+			return failed(ReasonNotInstalled, err)
+		}
+		return failed(ReasonResync, err)
 	}
 	sn, session, err := f.resync(ctx, sender)
 	if err != nil {
-		return err
+		return failed(ReasonResync, err)
 	}
 	f.resyncs.Add(1)
 	// The Loader stays invalid until the marker sent after the read comes
 	// back: every change committed during the read arrives before it and
 	// is applied first. If it never comes, the connection cannot LISTEN.
-	hb := heartbeats{session: session, last: time.Now()}
+	hb := heartbeats{session: session}
 	if err := f.notify(ctx, sender, "S "+session); err != nil {
-		return err
+		return failed(ReasonConnectionLost, err)
 	}
 	hb.markerSent = time.Now()
+	hb.last = hb.markerSent
 	next := hb.markerSent.Add(f.heartbeat)
 	// Heartbeats go out from a goroutine of their own: a NOTIFY on a
 	// silent connection blocks until the deadline, and the loop must keep
@@ -275,7 +322,7 @@ func (f *Follower[K]) follow(ctx context.Context) error {
 					if loopCtx.Err() == nil {
 						f.beatsLost.Add(1) // the database did not take it within the deadline
 					}
-					endLoop(err)
+					endLoop(failed(ReasonHeartbeatLost, err))
 					return
 				}
 			}
@@ -294,36 +341,61 @@ func (f *Follower[K]) follow(ctx context.Context) error {
 		case loopCtx.Err() != nil:
 			return context.Cause(loopCtx)
 		case err != nil && !pgconn.Timeout(err) && !errors.Is(err, context.DeadlineExceeded):
-			return fmt.Errorf("postgres: follower wait: %w", err)
+			return failed(ReasonConnectionLost, fmt.Errorf("postgres: follower wait: %w", err))
 		case err == nil:
 			hb.last = now
 			if err := f.notification(n.Payload, sn, &hb, now); err != nil {
-				return err
+				return failed(ReasonNotification, err)
+			}
+			if State(f.state.Load()) != Resyncing && following.IsZero() {
+				*following = now
 			}
 		}
-		if State(f.state.Load()) == Resyncing && now.Sub(hb.markerSent) > f.deadline {
-			return fmt.Errorf("%w: the marker the follower sent %v ago through the database has not come back on the LISTEN connection (a transaction-pooling PgBouncer delivers nothing)",
-				ErrNoNotifications, now.Sub(hb.markerSent).Round(time.Millisecond))
-		}
-		if len(hb.out) > 0 && now.Sub(hb.last) > f.deadline {
+		if State(f.state.Load()) == Resyncing {
+			// Until the marker is back, a silent connection is a question
+			// for the marker check alone: does it deliver nothing, or is
+			// it dead?
+			if now.Sub(hb.markerSent) > f.deadline {
+				return f.noMarker(ctx, listen, now.Sub(hb.markerSent))
+			}
+		} else if len(hb.out) > 0 && now.Sub(hb.last) > f.deadline {
 			// Nothing at all for a deadline while a heartbeat is out: the
 			// connection is dead, whether or not it says so.
 			f.beatsLost.Add(1)
-			return fmt.Errorf("postgres: follower: no notification for %v with a heartbeat out: the LISTEN connection is dead",
-				now.Sub(hb.last).Round(time.Millisecond))
+			return failed(ReasonHeartbeatLost, fmt.Errorf("postgres: follower: no notification for %v with a heartbeat out: the LISTEN connection is dead",
+				now.Sub(hb.last).Round(time.Millisecond)))
 		}
-		f.checkLag(hb.lag(now))
+		f.checkLag(now)
 		if !now.Before(next) {
 			select {
 			case beats <- fmt.Sprintf("H %s-%d", session, hb.seq+1):
 				hb.seq++
 				hb.out = append(hb.out, beat{seq: hb.seq, sent: now})
 				f.beats.Add(1)
+				if State(f.state.Load()) != Resyncing {
+					f.unconfirmed.CompareAndSwap(0, now.UnixNano())
+				}
 			default: // the last one is still being sent: it is out, and ages
 			}
 			next = now.Add(f.heartbeat)
 		}
 	}
+}
+
+// noMarker ends a session whose marker has not come back on the LISTEN
+// connection after waited. If that connection still answers a query, it
+// is alive and delivers no notifications: ErrNoNotifications (a PgBouncer
+// in transaction pooling mode accepts LISTEN and delivers nothing). If it
+// does not, it is dead, which a reconnect may mend.
+func (f *Follower[K]) noMarker(ctx context.Context, listen *pgx.Conn, waited time.Duration) error {
+	pctx, cancel := context.WithTimeout(ctx, f.deadline)
+	defer cancel()
+	if _, err := listen.Exec(pctx, "SELECT 1"); err != nil {
+		return failed(ReasonConnectionLost, fmt.Errorf("postgres: follower: the marker sent %v ago has not come back, and the LISTEN connection does not answer: %w",
+			waited.Round(time.Millisecond), err))
+	}
+	return failed(ReasonNoNotifications, fmt.Errorf("%w: the marker the follower sent %v ago through the database has not come back, though the LISTEN connection answers queries (a transaction-pooling PgBouncer delivers nothing)",
+		ErrNoNotifications, waited.Round(time.Millisecond)))
 }
 
 // notification handles one payload.
@@ -337,6 +409,10 @@ func (f *Follower[K]) notification(payload string, sn Snapshot, hb *heartbeats, 
 		return errResync
 	case Marker:
 		if c.Key == hb.session && State(f.state.Load()) == Resyncing {
+			// The marker went through the database and back behind every
+			// change committed before it: a heartbeat's round trip.
+			hb.rtt = now.Sub(hb.markerSent)
+			f.confirm(hb)
 			f.loader.MarkReady()
 			f.state.Store(int32(Following))
 		}
@@ -348,6 +424,9 @@ func (f *Follower[K]) notification(payload string, sn Snapshot, hb *heartbeats, 
 		}
 		if seq, err := strconv.ParseInt(seqText, 10, 64); err == nil && hb.back(seq, now) {
 			f.lastBeat.Store(now.UnixNano())
+			if State(f.state.Load()) != Resyncing {
+				f.confirm(hb)
+			}
 		}
 		return nil
 	}
@@ -372,6 +451,11 @@ func (f *Follower[K]) connect(ctx context.Context, role string) (*pgx.Conn, erro
 	cctx, cancel := context.WithTimeout(ctx, f.deadline)
 	defer cancel()
 	conf := f.conf.Copy()
+	// No prepared statements: through a pooler (PgBouncer), one server
+	// connection serves many clients, whose cached statements collide
+	// ("prepared statement stmtcache_… already exists"). The follower's
+	// few statements gain nothing from preparing.
+	conf.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 	if conf.RuntimeParams["application_name"] == "" {
 		// What pg_stat_activity shows: which follower, which connection.
 		name := "cuckooguard follower " + role
@@ -382,7 +466,7 @@ func (f *Follower[K]) connect(ctx context.Context, role string) (*pgx.Conn, erro
 	}
 	c, err := pgx.ConnectConfig(cctx, conf)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: follower connect: %w", err)
+		return nil, failed(ReasonConnect, fmt.Errorf("postgres: follower connect: %w", err))
 	}
 	return c, nil
 }

@@ -45,15 +45,6 @@ type beat struct {
 	sent time.Time
 }
 
-// lag is the round trip of the last heartbeat back or the age of the
-// oldest one out, whichever is larger: both on this process's clock.
-func (hb *heartbeats) lag(now time.Time) time.Duration {
-	if len(hb.out) > 0 {
-		return max(hb.rtt, now.Sub(hb.out[0].sent))
-	}
-	return hb.rtt
-}
-
 // back records that heartbeat seq came back at now.
 func (hb *heartbeats) back(seq int64, now time.Time) bool {
 	for i, b := range hb.out {
@@ -66,9 +57,34 @@ func (hb *heartbeats) back(seq int64, now time.Time) bool {
 	return false
 }
 
-// checkLag moves between Following and Behind by the heartbeat lag.
-func (f *Follower[K]) checkLag(lag time.Duration) {
-	f.lag.Store(int64(lag))
+// confirm publishes what the session's heartbeats confirm: the round
+// trip of the last one back, and since when the oldest one out has been
+// out (none: every change committed before the last one back is applied).
+func (f *Follower[K]) confirm(hb *heartbeats) {
+	f.rtt.Store(int64(hb.rtt))
+	var since int64
+	if len(hb.out) > 0 {
+		since = hb.out[0].sent.UnixNano()
+	}
+	f.unconfirmed.Store(since)
+}
+
+// lagAt is the lag at now: the round trip of the last heartbeat back, or
+// the time since nothing confirms the guard, if longer. That is the age of
+// the oldest heartbeat out or, between sessions, the time since the last
+// session ended (or since Run began), so the lag keeps growing while no
+// heartbeat comes back, with or without a connection.
+func (f *Follower[K]) lagAt(now time.Time) time.Duration {
+	lag := time.Duration(f.rtt.Load())
+	if since := f.unconfirmed.Load(); since != 0 {
+		lag = max(lag, now.Sub(time.Unix(0, since)))
+	}
+	return lag
+}
+
+// checkLag moves between Following and Behind by the lag at now.
+func (f *Follower[K]) checkLag(now time.Time) {
+	lag := f.lagAt(now)
 	switch st := State(f.state.Load()); {
 	case st == Following && lag > f.maxLag:
 		// Too late to trust: other replicas' rows may be missing for

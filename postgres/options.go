@@ -1,6 +1,9 @@
 package postgres
 
-import "time"
+import (
+	"log/slog"
+	"time"
+)
 
 // FollowerOption configures a Follower.
 type FollowerOption func(*followerConfig)
@@ -11,13 +14,28 @@ type followerConfig struct {
 	maxLag    time.Duration
 	heartbeat time.Duration
 	deadline  time.Duration
+	logger    *slog.Logger
 }
 
 // Defaults of the Follower options.
 const (
 	// DefaultHeartbeat is how often a Follower sends itself a heartbeat.
 	DefaultHeartbeat = time.Second
+	// DefaultBackoff is the first reconnect delay.
+	DefaultBackoff = 100 * time.Millisecond
 )
+
+// discardLogger is the Follower's logger unless WithLogger sets one.
+var discardLogger = slog.New(slog.DiscardHandler)
+
+// WithLogger sets where the Follower logs: a session that failed (at Warn,
+// once per change of [Reason] until a session follows for longer than the
+// heartbeat deadline, with the error and the wait before it reconnects),
+// and a first session that finds a setup that cannot work (at Error). By
+// default it logs nothing: a library speaks only when asked.
+func WithLogger(l *slog.Logger) FollowerOption {
+	return func(c *followerConfig) { c.logger = l }
+}
 
 // WithHeartbeat sets how often the Follower sends itself a heartbeat
 // through the database (a NOTIFY on its channel) and expects it back on
@@ -62,8 +80,11 @@ func WithOrigin(origin string) FollowerOption {
 	return func(c *followerConfig) { c.origin = origin }
 }
 
-// WithBackoff sets the first reconnect delay, doubled after each failure
-// up to 30 s, with jitter. The default is 100 ms.
+// WithBackoff sets the first reconnect delay, in (0, [MaxBackoff]]. The
+// delay doubles after each session that failed, up to MaxBackoff, and
+// starts over after a session that followed for longer than the heartbeat
+// deadline; each wait is drawn from the upper half of the delay. The
+// default is [DefaultBackoff].
 func WithBackoff(d time.Duration) FollowerOption {
 	return func(c *followerConfig) { c.backoff = d }
 }

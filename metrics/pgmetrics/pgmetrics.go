@@ -6,10 +6,11 @@
 //
 //	cuckooguard_follower_state{state}                      gauge    1 for the current state, 0 for the others:
 //	                                                                "following", "behind", "resyncing", "pass-through"
-//	cuckooguard_follower_lag_seconds                       gauge    heartbeat round trip, or the age of the oldest one out
+//	cuckooguard_follower_lag_seconds                       gauge    heartbeat round trip, or the time nothing has confirmed the guard
 //	cuckooguard_follower_notifications_total{result}       counter  "applied", or "skipped" (own inserts, seen by the read)
 //	cuckooguard_follower_resyncs_total                     counter  reads of the whole table
-//	cuckooguard_follower_session_failures_total            counter  sessions that ended in an error
+//	cuckooguard_follower_session_failures_total{reason}    counter  sessions that ended in an error, by postgres.Reason
+//	cuckooguard_follower_retry_delay_seconds               gauge    the wait before the last reconnect
 //	cuckooguard_follower_heartbeats_total                  counter  heartbeats sent
 //	cuckooguard_follower_heartbeats_lost_total             counter  sessions given up: nothing came back within the deadline
 //	cuckooguard_follower_last_heartbeat_timestamp_seconds  gauge    when the last heartbeat came back (0: never)
@@ -55,16 +56,16 @@ func NewFollowerCollector(f FollowerStatser, opts ...metrics.Option) prometheus.
 		return float64(t.Unix()) + float64(t.Nanosecond())/1e9
 	}
 	c.Add(collect.Metric{Subsystem: sub, Name: "lag_seconds", Type: prometheus.GaugeValue,
-		Help: "Round trip of the last heartbeat through the database, or the age of the oldest heartbeat not back yet if larger."},
+		Help: "Round trip of the last heartbeat through the database, or, if longer, how long nothing has confirmed the guard: the age of the oldest heartbeat not back yet, or the time since the last session ended."},
 		func(s *S) float64 { return s.Lag.Seconds() }).
 		Add(notifications, func(s *S) float64 { return float64(s.Applied) }, "applied").
 		Add(notifications, func(s *S) float64 { return float64(s.Skipped) }, "skipped").
 		Add(collect.Metric{Subsystem: sub, Name: "resyncs_total", Type: prometheus.CounterValue,
 			Help: "Completed reads of the whole table into a fresh guard."},
 			func(s *S) float64 { return float64(s.Resyncs) }).
-		Add(collect.Metric{Subsystem: sub, Name: "session_failures_total", Type: prometheus.CounterValue,
-			Help: "Follower sessions that ended in an error (connection lost, heartbeat lost, queue overflow)."},
-			func(s *S) float64 { return float64(s.Failures) }).
+		Add(collect.Metric{Subsystem: sub, Name: "retry_delay_seconds", Type: prometheus.GaugeValue,
+			Help: "The wait before the follower's last reconnect: the first delay after a healthy session, doubled by each failed one up to 30 s."},
+			func(s *S) float64 { return s.RetryDelay.Seconds() }).
 		Add(collect.Metric{Subsystem: sub, Name: "heartbeats_total", Type: prometheus.CounterValue,
 			Help: "Heartbeats sent through the database."},
 			func(s *S) float64 { return float64(s.Heartbeats) }).
@@ -77,5 +78,10 @@ func NewFollowerCollector(f FollowerStatser, opts ...metrics.Option) prometheus.
 		Add(collect.Metric{Subsystem: sub, Name: "last_applied_timestamp_seconds", Type: prometheus.GaugeValue,
 			Help: "Unix time at which the last notification was applied; 0 if none has been."},
 			func(s *S) float64 { return timestamp(s.LastApplied) })
+	failures := collect.Metric{Subsystem: sub, Name: "session_failures_total", Type: prometheus.CounterValue, Labels: []string{"reason"},
+		Help: `Follower sessions that ended in an error, by reason: "connect", "listen", "not_installed", "resync", "no_notifications" (the connection cannot LISTEN, as through a transaction-pooling PgBouncer), "connection_lost", "heartbeat_lost", "notification".`}
+	for _, r := range postgres.Reasons {
+		c.Add(failures, func(s *S) float64 { return float64(s.FailuresByReason[r]) }, string(r))
+	}
 	return c
 }

@@ -26,9 +26,11 @@ func (f *fixed) Stats() postgres.FollowerStats { return f.st }
 func TestFollowerCollector(t *testing.T) {
 	beat := time.Unix(1_700_000_000, 250_000_000)
 	f := &fixed{postgres.FollowerStats{
-		State: postgres.Behind, Applied: 101, Skipped: 7, Resyncs: 3, Failures: 2,
-		Lag: 1500 * time.Millisecond, Heartbeats: 60, HeartbeatsLost: 1,
-		LastHeartbeat: beat, // LastApplied zero: never
+		State: postgres.Behind, Applied: 101, Skipped: 7, Resyncs: 3, Failures: 3,
+		Lag: 1500 * time.Millisecond, Heartbeats: 60, HeartbeatsLost: 1, RetryDelay: 250 * time.Millisecond,
+		FailuresByReason: map[postgres.Reason]int64{postgres.ReasonConnectionLost: 2, postgres.ReasonHeartbeatLost: 1},
+		LastErrorReason:  postgres.ReasonHeartbeatLost,
+		LastHeartbeat:    beat, // LastApplied zero: never
 	}}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(pgmetrics.NewFollowerCollector(f, metrics.WithConstLabels(prometheus.Labels{"table": "users"})))
@@ -43,11 +45,14 @@ func TestFollowerCollector(t *testing.T) {
 		`cuckooguard_follower_notifications_total{result="applied",table="users"}`: counter(101),
 		`cuckooguard_follower_notifications_total{result="skipped",table="users"}`: counter(7),
 		`cuckooguard_follower_resyncs_total{table="users"}`:                        counter(3),
-		`cuckooguard_follower_session_failures_total{table="users"}`:               counter(2),
+		`cuckooguard_follower_retry_delay_seconds{table="users"}`:                  gauge(0.25),
 		`cuckooguard_follower_heartbeats_total{table="users"}`:                     counter(60),
 		`cuckooguard_follower_heartbeats_lost_total{table="users"}`:                counter(1),
 		`cuckooguard_follower_last_heartbeat_timestamp_seconds{table="users"}`:     gauge(1_700_000_000.25),
 		`cuckooguard_follower_last_applied_timestamp_seconds{table="users"}`:       gauge(0),
+	}
+	for _, r := range postgres.Reasons {
+		want[`cuckooguard_follower_session_failures_total{reason="`+string(r)+`",table="users"}`] = counter(float64(f.st.FailuresByReason[r]))
 	}
 	metricstest.Compare(t, metricstest.Gather(t, reg), want)
 	metricstest.Lint(t, reg)
