@@ -111,7 +111,7 @@ func newApp(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err erro
 	a := &app{db: db, loader: loader, log: log, filled: make(chan struct{})}
 	if replica {
 		parse := func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }
-		fopts := []postgres.FollowerOption{postgres.WithOrigin(cfg.Origin)}
+		fopts := []postgres.FollowerOption{postgres.WithOrigin(cfg.Origin), postgres.WithLogger(log)}
 		if cfg.Heartbeat > 0 {
 			fopts = append(fopts, postgres.WithHeartbeat(cfg.Heartbeat))
 		}
@@ -355,6 +355,10 @@ func decodeCreate(w http.ResponseWriter, r *http.Request) (createRequest, error)
 		return req, errors.New("body is not valid UTF-8")
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
+	// The service owns its schema: a field it does not know is a client's
+	// mistake (a misspelt "name", a field of a newer API), not something
+	// to drop silently while answering 201.
+	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		return req, err
 	}

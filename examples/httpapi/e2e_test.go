@@ -202,6 +202,8 @@ func TestBadRequests(t *testing.T) {
 		{"trailing garbage", "POST", "/users", `{"id": "11", "name": "a"}x`, 400},
 		{"invalid UTF-8", "POST", "/users", "{\"id\": \"11\", \"name\": \"a\xff\xfe\"}", 400},
 		{"NUL in name", "POST", "/users", `{"id": "11", "name": "a\u0000b"}`, 400},
+		{"unknown field", "POST", "/users", `{"id": "11", "name": "a", "email": "a@example.com"}`, 400},
+		{"misspelt field", "POST", "/users", `{"id": "11", "nmae": "a"}`, 400},
 		{"not JSON", "POST", "/users", `id=11`, 400},
 		{"bad id", "GET", "/users/x1", "", 400},
 		{"no route", "GET", "/nothing/here", "", 404},

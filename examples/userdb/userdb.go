@@ -291,16 +291,30 @@ func (d *DB) IDs(ctx context.Context) iter.Seq2[int64, error] {
 	}
 }
 
-// Unavailable reports whether err says the database could not be reached
-// or did not answer in time, rather than that it refused the statement: a
-// refused connection, a lost one, a timeout, or SQLite's busy database.
+// Unavailable reports whether err says the database could not be reached,
+// went away, or did not answer in time, rather than that it refused the
+// statement: a refused, lost or closed connection, a timeout, SQLite's
+// busy database, and PostgreSQL's errors about the server rather than the
+// statement, by SQLSTATE class: 08 (connection exception), 53
+// (insufficient resources, such as too many connections) and 57 (operator
+// intervention: 57P01 "terminating connection due to administrator
+// command" during a restart, 57P03 "the database system is starting up").
 // Callers answer such errors with 503 Service Unavailable.
 func Unavailable(err error) bool {
 	var connect *pgconn.ConnectError
 	var nerr net.Error
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && len(pgErr.Code) == 5 {
+		switch pgErr.Code[:2] {
+		case "08", "53", "57":
+			return true
+		}
+	}
 	return errors.As(err, &connect) || errors.As(err, &nerr) ||
+		pgconn.SafeToRetry(err) || pgconn.Timeout(err) || // "conn closed", a connection that broke before the query left
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) ||
 		errors.Is(err, context.DeadlineExceeded) || sqliteRefused(err)
 }
 
