@@ -13,7 +13,7 @@ type Stats struct {
 	Avoided           uint64      // lookups answered ErrNotFound without the store
 	LetThrough        uint64      // lookups the guard let through to the store: the key may exist
 	FalsePositives    uint64      // store "not found" for keys the guard let through
-	ObservedFPR       float64     // FalsePositives / (FalsePositives + Avoided)
+	ObservedFPR       float64     // (FalsePositives + NegativeCacheHits) / (that + Avoided): see Stats
 	NegativeCacheHits uint64      // ErrNotFound from the negative cache
 	PassedThrough     uint64      // lookups sent to the store unguarded (not ready, or a shard that refused a key)
 	PassThroughShards int         // shards that pass lookups through until the next rebuild
@@ -24,6 +24,13 @@ type Stats struct {
 }
 
 // Stats returns the Loader's statistics.
+//
+// ObservedFPR is the share of lookups of absent keys that the guard could
+// not rule out, among those the Loader saw. Lookups that never reach the
+// Loader, such as the requests that HTTP middleware in front of it
+// rejected on its own (middleware.Stats.Rejected, which asks
+// [Loader.MayContain]), are not in it: add them to Avoided for the guard's
+// rate over both paths, as the README's alert does.
 func (l *Loader[K, V]) Stats() Stats {
 	v := l.cur.Load()
 	st := Stats{
@@ -45,8 +52,8 @@ func (l *Loader[K, V]) Stats() Stats {
 			st.PassThroughShards++
 		}
 	}
-	if n := st.FalsePositives + st.Avoided; n > 0 {
-		st.ObservedFPR = float64(st.FalsePositives) / float64(n)
+	if fp := st.FalsePositives + st.NegativeCacheHits; fp+st.Avoided > 0 {
+		st.ObservedFPR = float64(fp) / float64(fp+st.Avoided)
 	}
 	return st
 }

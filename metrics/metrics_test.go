@@ -2,6 +2,7 @@ package metrics_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/http"
@@ -259,4 +260,118 @@ func TestCollectorsTogether(t *testing.T) {
 	if n := testutil.CollectAndCount(metrics.NewGuardCollector(g1)); n != len(guardSamples("", guard.Stats{})) {
 		t.Fatalf("a guard collector gives %d samples, want %d", n, len(guardSamples("", guard.Stats{})))
 	}
+}
+
+// TestObservedFPRFormula checks the README's alert on the observed
+// false-positive rate against a scrape, for a service like
+// examples/httpapi: GET /users/{id} behind the middleware, which rejects
+// absent keys itself and counts them as http_requests_total{result=
+// "rejected"}, and a batch route whose GetMany the guard answers
+// (loader_lookups_total{result="avoided"}). A formula that left out either
+// path read 1.0 where the true rate was 2e-4 (the fifth defect of the
+// client-found issue). With a negative cache, repeats of a false positive
+// are answered from it (result="negative_cache") and are false positives
+// of the guard all the same.
+func TestObservedFPRFormula(t *testing.T) {
+	ctx := context.Background()
+	// A fixed seed: which absent ids are false positives is then the same
+	// every run (enough of them, some asked twice).
+	g, err := guard.New(guard.WithCapacity(2000), guard.WithSeed(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	present := map[int64]bool{}
+	for id := range int64(2000) {
+		present[id] = true
+	}
+	lookup := func(_ context.Context, id int64) (string, error) {
+		if present[id] {
+			return "user", nil
+		}
+		return "", guarded.ErrNotFound
+	}
+	l, err := guarded.New(g, guarded.GetterFunc[int64, string](lookup), guarded.WithNegativeCache(1000, time.Hour))
+	if err != nil {
+		g.Close()
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for id := range int64(2000) {
+		if err := l.Insert(ctx, id, func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.MarkReady()
+	mw, err := middleware.New(l, middleware.Int64(middleware.PathValue("id")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /users/{id}", mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
+		if _, err := l.Get(r.Context(), id); errors.Is(err, guarded.ErrNotFound) {
+			http.NotFound(w, r)
+		}
+	})))
+	// The truth: how many absent-key lookups the guard cannot rule out.
+	var absent, letThrough int
+	ask := func(id int64) {
+		if !present[id] {
+			absent++
+			if g.Contains(int64Key(id)) {
+				letThrough++
+			}
+		}
+	}
+	for i := range 60_000 {
+		id := int64(10_000 + i%30_000) // absent, asked twice
+		if i%10 == 0 {
+			id = int64(i % 2000) // present
+		}
+		ask(id)
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest("GET", "/users/"+strconv.FormatInt(id, 10), nil))
+	}
+	batch := make([]int64, 0, 100)
+	for i := range 20_000 {
+		id := int64(100_000 + i)
+		ask(id)
+		if batch = append(batch, id); len(batch) == cap(batch) {
+			l.GetMany(ctx, batch)
+			batch = batch[:0]
+		}
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics.NewLoaderCollector(l), metrics.NewMiddlewareCollector(mw))
+	s := metricstest.Gather(t, reg)
+	v := func(k string) float64 {
+		sm, ok := s[k]
+		if !ok {
+			t.Fatalf("%s: not scraped", k)
+		}
+		return sm.Value
+	}
+	// The README's formula, over counters instead of their rates.
+	fp := v(`cuckooguard_loader_false_positives_total`) + v(`cuckooguard_loader_lookups_total{result="negative_cache"}`)
+	answered := v(`cuckooguard_loader_lookups_total{result="avoided"}`) + v(`cuckooguard_http_requests_total{result="rejected"}`)
+	got := fp / (fp + answered)
+	want := float64(letThrough) / float64(absent)
+	t.Logf("observed FPR from the scrape %.3g, true %.3g (%d of %d absent lookups let through); the Loader-only formula gives %.3g",
+		got, want, letThrough, absent, v(`cuckooguard_loader_false_positives_total`)/(v(`cuckooguard_loader_false_positives_total`)+v(`cuckooguard_loader_lookups_total{result="avoided"}`)))
+	if letThrough == 0 || v(`cuckooguard_loader_lookups_total{result="negative_cache"}`) == 0 {
+		t.Fatalf("no false positive or no negative-cache hit among %d absent lookups: the test checks nothing", absent)
+	}
+	if got != want {
+		t.Fatalf("observed FPR from the scrape = %v, want the true rate %v", got, want)
+	}
+	if st := l.Stats(); st.ObservedFPR >= 0.5 {
+		t.Fatalf("Loader.Stats().ObservedFPR = %v: it must not read as if every absent key got through", st.ObservedFPR)
+	}
+}
+
+// int64Key is id as the Loader hashes it: 8 bytes, little-endian.
+func int64Key(id int64) []byte {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(id))
+	return b[:]
 }

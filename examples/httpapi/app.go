@@ -487,14 +487,24 @@ func (a *app) guardVars() map[string]any {
 		"store_calls":        ls.StoreCalls,
 		"db_lookups":         a.db.Lookups.Load(),
 		"avoided":            ls.Avoided + ms.Rejected, // answered without a query: by the middleware (GET /users/{id}) or by GetMany
-		"false_positives":    ls.FalsePositives,
-		"observed_fpr":       ls.ObservedFPR,
+		"false_positives":    ls.FalsePositives + ls.NegativeCacheHits,
+		"observed_fpr":       observedFPR(ls.FalsePositives+ls.NegativeCacheHits, ls.Avoided+ms.Rejected),
 		"estimated_fpr":      ls.Guard.EstimatedFPR,
 		"bits_per_item":      ls.Guard.BitsPerItem,
 		"doublings":          ls.Guard.Doublings,
 		"rebuilds":           ls.Rebuilds,
 		"pass_through_shard": ls.PassThroughShards,
 	}
+}
+
+// observedFPR is the share of absent-key lookups the guard let through:
+// falsePos of falsePos + avoided, where avoided counts both paths that
+// answer 404 without the database (the middleware and the Loader).
+func observedFPR(falsePos, avoided uint64) float64 {
+	if falsePos+avoided == 0 {
+		return 0
+	}
+	return float64(falsePos) / float64(falsePos+avoided)
 }
 
 // vars serves what expvar.Handler serves plus the "cuckooguard" object,
