@@ -236,7 +236,10 @@ type readiness struct {
 	Ready    bool   `json:"ready"`
 	Guard    string `json:"guard"`              // "ready", or "passing through" (filling, resyncing, behind)
 	Follower string `json:"follower,omitempty"` // the follower's state, on PostgreSQL
-	Draining bool   `json:"draining,omitempty"` // shutting down
+	// FollowerError is why the follower's last session failed, while it
+	// does not follow: its postgres.Reason and error.
+	FollowerError string `json:"follower_error,omitempty"`
+	Draining      bool   `json:"draining,omitempty"` // shutting down
 }
 
 // readyz answers 200 when the guard answers on its own (filled, and on
@@ -250,9 +253,12 @@ func (a *app) readyz(w http.ResponseWriter, r *http.Request) {
 		st.Guard = "passing through"
 	}
 	if a.follower != nil {
-		fs := a.follower.Stats().State
-		st.Follower = fs.String()
-		st.Ready = st.Ready && fs == postgres.Following
+		fs := a.follower.Stats()
+		st.Follower = fs.State.String()
+		st.Ready = st.Ready && fs.State == postgres.Following
+		if fs.State != postgres.Following && fs.LastError != nil {
+			st.FollowerError = string(fs.LastErrorReason) + ": " + fs.LastError.Error()
+		}
 	}
 	st.Ready = st.Ready && !st.Draining
 	code := http.StatusOK
