@@ -228,7 +228,7 @@ func TestReplicasBlackBox(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer admin.Close()
-	failuresBefore := b.metric(t, c, "cuckooguard_follower_session_failures_total")
+	failuresBefore := b.metric(t, c, `cuckooguard_follower_session_failures_total{reason="connection_lost"}`)
 	var (
 		stop      atomic.Bool
 		reads     atomic.Int64
@@ -265,7 +265,7 @@ func TestReplicasBlackBox(t *testing.T) {
 			waitStatus(t, c, fmt.Sprintf("%s/users/%d", b.base, id), 200, time.Second)
 		}
 	}
-	for b.metric(t, c, "cuckooguard_follower_session_failures_total") == failuresBefore {
+	for b.metric(t, c, `cuckooguard_follower_session_failures_total{reason="connection_lost"}`) == failuresBefore {
 		if time.Since(kill) > 5*time.Second {
 			t.Fatal("b's follower did not notice its backend was terminated")
 		}
