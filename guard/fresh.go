@@ -1,6 +1,10 @@
 package guard
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/cuckooguard/cuckooguard/internal/options"
+)
 
 // Fresh returns a new, empty guard configured like g, for capacity keys:
 // it has g's memory cap, shard count (if g's was set with [WithShards]),
@@ -15,8 +19,8 @@ import "fmt"
 func (g *Guard) Fresh(capacity int, opts ...Option) (*Guard, error) {
 	c := g.cfg
 	c.capacity = capacity
-	for _, o := range opts {
-		o(&c)
+	if err := options.Apply("guard: Fresh", &c, opts); err != nil {
+		return nil, err
 	}
 	if c.maxBytes != 0 {
 		if err := c.validate(); err != nil {

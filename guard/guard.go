@@ -10,6 +10,7 @@ import (
 	"github.com/puzpuzpuz/xsync/v3"
 	"github.com/zeebo/xxh3"
 
+	"github.com/cuckooguard/cuckooguard/internal/options"
 	"github.com/cuckooguard/cuckooguard/resize"
 	"github.com/cuckooguard/cuckooguard/shard"
 )
@@ -41,8 +42,8 @@ type Guard struct {
 // no Guard, if an option is invalid.
 func New(opts ...Option) (*Guard, error) {
 	c := defaultConfig()
-	for _, o := range opts {
-		o(&c)
+	if err := options.Apply("guard: New", &c, opts); err != nil {
+		return nil, err
 	}
 	return newGuard(c)
 }
@@ -289,6 +290,12 @@ func (g *Guard) Seed() uint64 {
 func (g *Guard) Close() error {
 	g.closed.Store(true)
 	return g.rs.Close()
+}
+
+// Closed reports whether [Guard.Close] has been called: adds then return
+// [ErrClosed].
+func (g *Guard) Closed() bool {
+	return g.closed.Load()
 }
 
 // guardBytes is the memory of a Guard besides its shards.

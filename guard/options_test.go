@@ -1,7 +1,9 @@
 package guard
 
 import (
+	"bytes"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -19,6 +21,8 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 		{"threshold low", []Option{WithGrowThreshold(0.2)}},
 		{"threshold high", []Option{WithGrowThreshold(0.99)}},
 		{"threshold NaN", []Option{WithGrowThreshold(math.NaN())}},
+		{"nil option", []Option{nil}},
+		{"nil option after a valid one", []Option{WithCapacity(10), nil}},
 	}
 	if MaxCapacity < math.MaxInt { // 64-bit platforms
 		tests = append(tests, struct {
@@ -33,6 +37,35 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 				t.Fatalf("New = %v, %v; want nil, error", g, err)
 			}
 			t.Logf("error: %v", err)
+		})
+	}
+}
+
+// TestNilArguments: every function of the package that returns an error
+// returns one for a nil argument, naming it, instead of panicking (the
+// first-hour issue: guard.New(nil) panicked).
+func TestNilArguments(t *testing.T) {
+	g := mustNew(t)
+	var snap bytes.Buffer
+	if _, err := g.WriteTo(&snap); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, want string
+		call       func() error
+	}{
+		{"New(nil)", "option 1 of 1 is nil", func() error { _, err := New(nil); return err }},
+		{"Restore(nil reader)", "reader", func() error { _, err := Restore(nil); return err }},
+		{"Restore(r, nil)", "option 1 of 1 is nil", func() error { _, err := Restore(bytes.NewReader(snap.Bytes()), nil); return err }},
+		{"Fresh(n, nil)", "option 1 of 1 is nil", func() error { _, err := g.Fresh(100, nil); return err }},
+		{"WriteTo(nil)", "writer", func() error { _, err := g.WriteTo(nil); return err }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call()
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("%s = %v, want an error that says %q", tt.name, err, tt.want)
+			}
 		})
 	}
 }

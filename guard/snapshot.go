@@ -11,6 +11,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/cuckooguard/cuckooguard/internal/iox"
+	"github.com/cuckooguard/cuckooguard/internal/options"
 	"github.com/cuckooguard/cuckooguard/shard"
 )
 
@@ -51,6 +52,9 @@ var _ io.WriterTo = (*Guard)(nil)
 // it; writers of each shard wait while that shard is written. Restore it
 // with [Restore].
 func (g *Guard) WriteTo(w io.Writer) (int64, error) {
+	if w == nil {
+		return 0, errors.New("guard: WriteTo needs a writer")
+	}
 	cw := &countingWriter{w: bufio.NewWriterSize(w, 64<<10), h: xxh3.New()}
 	hdr := make([]byte, 0, 24+4*len(g.lay.bounds))
 	hdr = append(hdr, snapshotMagic...)
@@ -116,9 +120,12 @@ func (h *hashingReader) Read(p []byte) (int, error) {
 // [ErrSnapshot] or [io.ErrUnexpectedEOF]) and no guard. Restore reads r to
 // the end of the snapshot and no further than its checksum.
 func Restore(r io.Reader, opts ...Option) (*Guard, error) {
+	if r == nil {
+		return nil, errors.New("guard: Restore needs a reader")
+	}
 	c := defaultConfig()
-	for _, o := range opts {
-		o(&c)
+	if err := options.Apply("guard: Restore", &c, opts); err != nil {
+		return nil, err
 	}
 	if err := c.validate(); err != nil {
 		return nil, err

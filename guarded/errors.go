@@ -89,6 +89,11 @@ func refused(code string) bool {
 	return true
 }
 
+// errNil is the error of a call of method with a nil argument arg.
+func errNil(method, arg string) error {
+	return fmt.Errorf("guarded: %s: %s is nil", method, arg)
+}
+
 // wrap says which operation failed, unless err speaks for itself: ErrClosed
 // and the context's errors are returned as they are, so that callers can
 // compare them and messages do not repeat a prefix ("guarded: insert:

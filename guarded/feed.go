@@ -112,6 +112,12 @@ func (l *Loader[K, V]) Apply(c Change[K]) error {
 // feed uses it to start over after an interruption: read every key, then
 // the changes the read did not see.
 func (l *Loader[K, V]) Resync(ctx context.Context, fill func(ctx context.Context, add func(K) error, remove func(K)) error) error {
+	switch {
+	case ctx == nil:
+		return errNil("Resync", "ctx")
+	case fill == nil:
+		return errNil("Resync", "fill")
+	}
 	l.Invalidate()
 	err := l.replace(ctx, func(ctx context.Context, nv *view) (int64, error) {
 		var n int64

@@ -44,6 +44,9 @@ func (l *Loader[K, V]) MayContain(key K) bool {
 // again, as with golang.org/x/sync/singleflight.
 func (l *Loader[K, V]) Get(ctx context.Context, key K) (V, error) {
 	var zero V
+	if ctx == nil {
+		return zero, errNil("Get", "ctx")
+	}
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}

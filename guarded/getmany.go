@@ -19,7 +19,11 @@ import (
 // [Loader.Get].
 func (l *Loader[K, V]) GetMany(ctx context.Context, keys []K) (vals []V, errs []error) {
 	vals, errs = make([]V, len(keys)), make([]error, len(keys))
-	if err := ctx.Err(); err != nil {
+	err := errNil("GetMany", "ctx")
+	if ctx != nil {
+		err = ctx.Err()
+	}
+	if err != nil {
 		for i := range errs {
 			errs[i] = err
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/puzpuzpuz/xsync/v3"
 
 	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/internal/options"
 )
 
 // Loader wraps a store lookup with a guard: [Loader.Get] answers
@@ -49,6 +50,7 @@ type Loader[K comparable, V any] struct {
 	// that the guard it removes from is the one it found ready.
 	writeMu sync.RWMutex
 	ready   atomic.Bool
+	filled  atomic.Bool              // a Fill is running or has succeeded: no other may run
 	feed    atomic.Pointer[feedHook] // set once by AttachFeed
 
 	flight  flight[K, V] // coalesces store lookups
@@ -95,7 +97,8 @@ func (v *view) passes(h uint64) bool {
 // [Loader.Close] closes it. The Loader passes every lookup through until
 // it is ready (see [Loader]). It returns an error for invalid options, a
 // key type the Loader cannot hash (see [Key]), a store with a GetMany or
-// Keys method of the wrong type, or a guard that another Loader owns.
+// Keys method of the wrong type, or a guard that is closed or that another
+// Loader owns.
 func New[K comparable, V any](g *guard.Guard, store Getter[K, V], opts ...Option) (*Loader[K, V], error) {
 	c := config{
 		isNotFound:  defaultIsNotFound,
@@ -107,14 +110,17 @@ func New[K comparable, V any](g *guard.Guard, store Getter[K, V], opts ...Option
 		fresh:       freshGuard,
 		now:         time.Now,
 	}
-	for _, o := range opts {
-		o(&c)
+	if err := options.Apply("guarded: New", &c, opts); err != nil {
+		return nil, err
 	}
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
 	if g == nil {
 		return nil, errors.New("guarded: New needs a guard")
+	}
+	if g.Closed() {
+		return nil, errors.New("guarded: New: the guard is closed (guard.Guard.Close); give the Loader an open one")
 	}
 	src, err := sourceOf(store)
 	if err != nil {
@@ -173,6 +179,13 @@ func (l *Loader[K, V]) Guard() *guard.Guard {
 // the Loader answers ErrNotFound without asking the store.
 func (l *Loader[K, V]) Ready() bool {
 	return l.ready.Load()
+}
+
+// isClosed reports whether Close has begun.
+func (l *Loader[K, V]) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
 }
 
 // Close stops a rebuild in progress, waits for it, and closes the guards.

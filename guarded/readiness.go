@@ -19,11 +19,32 @@ import (
 // [Loader.Delete] meanwhile (a key both written and read is added twice,
 // which is harmless; a Delete during the fill leaves its key in the guard,
 // a false positive). It returns the key source's error or ctx.Err() and
-// then leaves the Loader as ready as it was.
+// then leaves the Loader as ready as it was. [KeysOf] turns a slice's or a
+// map's keys into keys.
+//
+// Fill is the warm-up of a Loader: once per Loader. It returns an error,
+// and adds nothing, while another Fill runs, after one succeeded, and on a
+// Loader that is ready (say, after [Loader.CatchUp]): a second pass would
+// add a second copy of every key. After a Fill that failed, call it again.
+// To build the guard anew from the store, a Loader rebuilds on its own
+// ([KeyLister]), and a change feed calls [Loader.Resync].
 func (l *Loader[K, V]) Fill(ctx context.Context, keys iter.Seq2[K, error]) error {
+	switch {
+	case ctx == nil:
+		return errNil("Fill", "ctx")
+	case keys == nil:
+		return errNil("Fill", "keys")
+	case l.isClosed():
+		return ErrClosed
+	case l.ready.Load():
+		return errors.New("guarded: Fill: the Loader is ready already: a second pass would add every key again")
+	case !l.filled.CompareAndSwap(false, true):
+		return errors.New("guarded: Fill: called again after a Fill that ran or runs: a second pass would add every key again")
+	}
 	start := time.Now()
 	n, err := l.fill(ctx, l.cur.Load(), keys)
 	if err != nil {
+		l.filled.Store(false) // may be tried again
 		return wrap("fill", err)
 	}
 	l.ready.Store(true)
@@ -31,6 +52,23 @@ func (l *Loader[K, V]) Fill(ctx context.Context, keys iter.Seq2[K, error]) error
 		slog.Int64("keys", n), slog.Duration("took", time.Since(start)))
 	l.checkFPR()
 	return nil
+}
+
+// KeysOf adapts keys, which cannot fail, to what [Loader.Fill] reads:
+//
+//	err := users.Fill(ctx, guarded.KeysOf(maps.Keys(byID)))  // a map's keys
+//	err := users.Fill(ctx, guarded.KeysOf(slices.Values(ids))) // a slice
+func KeysOf[K any](keys iter.Seq[K]) iter.Seq2[K, error] {
+	if keys == nil {
+		return nil // Fill says so
+	}
+	return func(yield func(K, error) bool) {
+		for k := range keys {
+			if !yield(k, nil) {
+				return
+			}
+		}
+	}
 }
 
 // fill adds keys to v's guard and returns how many it added.
@@ -100,6 +138,12 @@ func (l *Loader[K, V]) fill(ctx context.Context, v *view, keys iter.Seq2[K, erro
 // twice). If the store cannot list its changes, start from an empty guard
 // and call [Loader.Fill] instead.
 func (l *Loader[K, V]) CatchUp(ctx context.Context, changes iter.Seq2[Change[K], error]) error {
+	switch {
+	case ctx == nil:
+		return errNil("CatchUp", "ctx")
+	case changes == nil:
+		return errNil("CatchUp", "changes")
+	}
 	if l.ready.Load() {
 		return errors.New("guarded: catch up: the Loader is ready already; CatchUp is for a Loader over a restored guard")
 	}

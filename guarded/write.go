@@ -25,6 +25,12 @@ import (
 // ended before write ran (the guard is then unchanged); or an error if the
 // guard cannot take the key (write is then not called).
 func (l *Loader[K, V]) Insert(ctx context.Context, key K, write func(ctx context.Context) error) error {
+	switch {
+	case ctx == nil:
+		return errNil("Insert", "ctx")
+	case write == nil:
+		return errNil("Insert", "write")
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -81,6 +87,12 @@ func (l *Loader[K, V]) Insert(ctx context.Context, key K, write func(ctx context
 // and has no change feed (see [Loader] for why). It returns write's error
 // or ctx.Err().
 func (l *Loader[K, V]) Delete(ctx context.Context, key K, write func(ctx context.Context) (existed bool, err error)) error {
+	switch {
+	case ctx == nil:
+		return errNil("Delete", "ctx")
+	case write == nil:
+		return errNil("Delete", "write")
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
