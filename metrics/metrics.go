@@ -56,10 +56,13 @@
 package metrics
 
 import (
+	"reflect"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cuckooguard/cuckooguard/guard"
 	"github.com/cuckooguard/cuckooguard/guarded"
+	"github.com/cuckooguard/cuckooguard/internal/options"
 	"github.com/cuckooguard/cuckooguard/metrics/internal/collect"
 	"github.com/cuckooguard/cuckooguard/middleware"
 )
@@ -68,31 +71,49 @@ import (
 // sets another.
 const DefaultNamespace = "cuckooguard"
 
+// Settings are what the options of a collector set.
+type Settings struct {
+	Namespace   string            // the first part of every metric name: DefaultNamespace unless WithNamespace sets another
+	ConstLabels prometheus.Labels // labels of fixed value on every metric: none unless WithConstLabels sets some
+}
+
 // Option configures a collector.
-type Option func(*collect.Config)
+type Option func(*Settings)
 
 // WithNamespace replaces the namespace, the first part of every metric
 // name ("cuckooguard" by default). An empty namespace leaves the names
 // starting with the subsystem ("guard_items").
 func WithNamespace(ns string) Option {
-	return func(c *collect.Config) { c.Namespace = ns }
+	return func(s *Settings) { s.Namespace = ns }
 }
 
 // WithConstLabels adds labels with fixed values to every metric of the
 // collector, to tell apart several guards registered with one registry
 // (for example {"table": "users"}).
 func WithConstLabels(l prometheus.Labels) Option {
-	return func(c *collect.Config) { c.ConstLabels = l }
+	return func(s *Settings) { s.ConstLabels = l }
 }
 
-// Config applies opts to the defaults. It is exported for package
-// pgmetrics.
-func Config(opts []Option) collect.Config {
-	c := collect.Config{Namespace: DefaultNamespace}
-	for _, o := range opts {
-		o(&c)
+// Apply returns the Settings that opts make of the defaults, for the
+// collectors of other packages (pgmetrics). The constructors of
+// collectors return no error, so Apply panics at once for a nil option,
+// as they do for a nil argument, rather than at the first scrape.
+func Apply(opts []Option) Settings {
+	s := Settings{Namespace: DefaultNamespace}
+	if err := options.Apply("metrics", &s, opts); err != nil {
+		panic(err.Error())
 	}
-	return c
+	return s
+}
+
+// newCollector returns an empty collector of stats, made by constructor
+// with opts. It panics at once if what it watches is nil (see Apply).
+func newCollector[S any](constructor string, watched any, stats func() S, opts []Option) *collect.Collector[S] {
+	if watched == nil || reflect.ValueOf(watched).Kind() == reflect.Pointer && reflect.ValueOf(watched).IsNil() {
+		panic("metrics: " + constructor + ": nothing to watch (nil)")
+	}
+	s := Apply(opts)
+	return collect.New(s.Namespace, s.ConstLabels, stats)
 }
 
 // GuardStatser is what [NewGuardCollector] watches: a *guard.Guard.
@@ -108,7 +129,7 @@ type MiddlewareStatser interface{ Stats() middleware.Stats }
 // NewGuardCollector returns a collector of the cuckooguard_guard_*
 // metrics of g. Each scrape calls g.Stats, which costs O(shards).
 func NewGuardCollector(g GuardStatser, opts ...Option) prometheus.Collector {
-	c := collect.New(Config(opts), g.Stats)
+	c := newCollector("NewGuardCollector", g, func() guard.Stats { return g.Stats() }, opts)
 	addGuard(c, func(s *guard.Stats) *guard.Stats { return s })
 	return c
 }
@@ -116,7 +137,7 @@ func NewGuardCollector(g GuardStatser, opts ...Option) prometheus.Collector {
 // NewLoaderCollector returns a collector of the cuckooguard_loader_*
 // metrics of l, and the cuckooguard_guard_* metrics of its current guard.
 func NewLoaderCollector(l LoaderStatser, opts ...Option) prometheus.Collector {
-	c := collect.New(Config(opts), l.Stats)
+	c := newCollector("NewLoaderCollector", l, func() guarded.Stats { return l.Stats() }, opts)
 	const sub = "loader"
 	lookups := collect.Metric{Subsystem: sub, Name: "lookups_total", Type: prometheus.CounterValue, Labels: []string{"result"},
 		Help: `Lookups (Get, each key of GetMany) by result: "avoided" (the guard said absent), "negative_cache", "let_through" (the key may exist: the store was asked), "passed_through" (the Loader was not ready).`}
@@ -153,7 +174,7 @@ func NewLoaderCollector(l LoaderStatser, opts ...Option) prometheus.Collector {
 // NewMiddlewareCollector returns a collector of the cuckooguard_http_*
 // metrics of m.
 func NewMiddlewareCollector(m MiddlewareStatser, opts ...Option) prometheus.Collector {
-	c := collect.New(Config(opts), m.Stats)
+	c := newCollector("NewMiddlewareCollector", m, func() middleware.Stats { return m.Stats() }, opts)
 	const sub = "http"
 	requests := collect.Metric{Subsystem: sub, Name: "requests_total", Type: prometheus.CounterValue, Labels: []string{"result"},
 		Help: `Requests seen by the middleware by result: "rejected" (404 without the handler), "passed" (the key may exist), "missing_key", "unfiltered" (a method not filtered).`}

@@ -375,3 +375,27 @@ func int64Key(id int64) []byte {
 	binary.LittleEndian.PutUint64(b[:], uint64(id))
 	return b[:]
 }
+
+// TestNilArguments: the constructors return no error, so a nil statser
+// or option panics at once, with a message that says which, rather than
+// at the first scrape.
+func TestNilArguments(t *testing.T) {
+	g := newGuard(t)
+	for name, call := range map[string]func(){
+		"NewGuardCollector(nil)":          func() { metrics.NewGuardCollector(nil) },
+		"NewLoaderCollector(nil *Loader)": func() { metrics.NewLoaderCollector((*guarded.Loader[int, string])(nil)) },
+		"NewMiddlewareCollector(nil)":     func() { metrics.NewMiddlewareCollector(nil) },
+		"nil option":                      func() { metrics.NewGuardCollector(g, metrics.WithNamespace("x"), nil) },
+	} {
+		func() {
+			defer func() {
+				r := recover()
+				if r == nil || !strings.HasPrefix(fmt.Sprint(r), "metrics") {
+					t.Errorf("%s panicked with %v, want at once with a metrics: message", name, r)
+				}
+				t.Logf("%s: %v", name, r)
+			}()
+			call()
+		}()
+	}
+}

@@ -2,13 +2,17 @@ package middleware
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
+	"unicode"
 
 	"github.com/puzpuzpuz/xsync/v3"
 
 	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/internal/options"
 )
 
 // Filter reports whether a key may exist. A *guarded.Loader implements it
@@ -19,8 +23,13 @@ type Filter[K comparable] interface {
 }
 
 // GuardFilter returns a Filter of string keys backed by g.ContainsString.
-// A bare Guard has no warm-up: use it only once it holds every key.
+// A bare Guard has no warm-up: use it only once it holds every key. It
+// panics at once if g is nil, rather than at the first request, as
+// [http.Handle] does for a nil handler.
 func GuardFilter(g *guard.Guard) Filter[string] {
+	if g == nil {
+		panic("middleware: GuardFilter: nil guard")
+	}
 	return guardFilter{g}
 }
 
@@ -83,7 +92,9 @@ type config struct {
 }
 
 // WithMethods sets the request methods that are filtered; requests with
-// other methods always pass. The default is GET and HEAD.
+// other methods always pass. The default is GET and HEAD. Methods are
+// case-sensitive (RFC 9110): [New] refuses one that is not an HTTP token,
+// or that is not upper-case, since "get" never matches a GET request.
 func WithMethods(methods ...string) Option {
 	return func(c *config) { c.methods = methods }
 }
@@ -120,11 +131,16 @@ func New[K comparable](f Filter[K], key KeyFunc[K], opts ...Option) (*Middleware
 		return nil, errors.New("middleware: New needs a filter and a key function")
 	}
 	c := config{methods: []string{http.MethodGet, http.MethodHead}, reject: http.HandlerFunc(notFound)}
-	for _, o := range opts {
-		o(&c)
+	if err := options.Apply("middleware: New", &c, opts); err != nil {
+		return nil, err
 	}
 	if len(c.methods) == 0 {
 		return nil, errors.New("middleware: no methods to filter")
+	}
+	for _, m := range c.methods {
+		if err := checkMethod(m); err != nil {
+			return nil, err
+		}
 	}
 	if c.reject == nil {
 		return nil, errors.New("middleware: nil reject handler")
@@ -136,9 +152,32 @@ func New[K comparable](f Filter[K], key KeyFunc[K], opts ...Option) (*Middleware
 	}, nil
 }
 
+// checkMethod returns an error for a method that no request can have, or
+// that a request of that name would not have (its lower-case form).
+func checkMethod(m string) error {
+	if m == "" {
+		return errors.New("middleware: WithMethods: an empty method")
+	}
+	for _, r := range m {
+		// RFC 9110's token characters.
+		if r > unicode.MaxASCII || !(unicode.IsLetter(r) || unicode.IsDigit(r) || strings.ContainsRune("!#$%&'*+-.^_`|~", r)) {
+			return fmt.Errorf("middleware: WithMethods: %q is not an HTTP method", m)
+		}
+	}
+	if up := strings.ToUpper(m); up != m {
+		return fmt.Errorf("middleware: WithMethods: %q is not upper-case: methods are case-sensitive and requests send %q", m, up)
+	}
+	return nil
+}
+
 // Wrap returns next guarded by the middleware. For routers whose
 // middleware is a func(http.Handler) http.Handler, pass mw.Wrap itself.
+// It panics at once if next is nil, rather than at the first request, as
+// [http.Handle] does for a nil handler.
 func (m *Middleware[K]) Wrap(next http.Handler) http.Handler {
+	if next == nil {
+		panic("middleware: Wrap: nil handler")
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !slices.Contains(m.methods, r.Method) {
 			m.unfiltered.Inc()

@@ -3,12 +3,14 @@ package middleware
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -172,14 +174,52 @@ func TestOptions(t *testing.T) {
 		}
 	})
 	t.Run("invalid", func(t *testing.T) {
-		if _, err := New[string](nil, PathValue("id")); err == nil {
-			t.Fatal("nil filter accepted")
+		tests := []struct {
+			name, want string
+			f          Filter[string]
+			key        KeyFunc[string]
+			opts       []Option
+		}{
+			{"nil filter", "filter", nil, PathValue("id"), nil},
+			{"nil key function", "key function", GuardFilter(g), nil, nil},
+			{"nil option", "option 2 of 2 is nil", GuardFilter(g), PathValue("id"), []Option{WithMethods("GET"), nil}},
+			{"no methods", "no methods", GuardFilter(g), PathValue("id"), []Option{WithMethods()}},
+			{"lower-case method", `"get" is not upper-case`, GuardFilter(g), PathValue("id"), []Option{WithMethods("get")}},
+			{"mixed-case method", `"Delete" is not upper-case`, GuardFilter(g), PathValue("id"), []Option{WithMethods("GET", "Delete")}},
+			{"empty method", "empty method", GuardFilter(g), PathValue("id"), []Option{WithMethods("")}},
+			{"not a token", `"GET /users" is not an HTTP method`, GuardFilter(g), PathValue("id"), []Option{WithMethods("GET /users")}},
+			{"nil reject handler", "reject handler", GuardFilter(g), PathValue("id"), []Option{WithRejectHandler(nil)}},
 		}
-		if _, err := New(GuardFilter(g), PathValue("id"), WithMethods()); err == nil {
-			t.Fatal("no methods accepted")
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				mw, err := New(tt.f, tt.key, tt.opts...)
+				if mw != nil || err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("New = %v, %v; want nil and an error that says %q", mw, err, tt.want)
+				}
+			})
 		}
-		if _, err := New(GuardFilter(g), PathValue("id"), WithRejectHandler(nil)); err == nil {
-			t.Fatal("nil reject handler accepted")
+		// Custom methods that are tokens pass.
+		if _, err := New(GuardFilter(g), PathValue("id"), WithMethods("PURGE", "M-SEARCH")); err != nil {
+			t.Fatalf("custom upper-case methods: %v", err)
+		}
+	})
+	t.Run("nil handler or guard", func(t *testing.T) {
+		mw, err := New(GuardFilter(g), PathValue("id"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, call := range map[string]func(){
+			"Wrap(nil)":        func() { mw.Wrap(nil) },
+			"GuardFilter(nil)": func() { GuardFilter(nil) },
+		} {
+			func() {
+				defer func() {
+					if r := recover(); r == nil || !strings.HasPrefix(fmt.Sprint(r), "middleware: ") {
+						t.Errorf("%s panicked with %v, want at once with a middleware: message", name, r)
+					}
+				}()
+				call()
+			}()
 		}
 	})
 }

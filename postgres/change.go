@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -168,6 +169,12 @@ func (s Snapshot) Visible(txid uint64) bool {
 // the snapshot says are visible. The caller reads the keys in tx and then
 // commits or rolls it back.
 func ReadSnapshot(ctx context.Context, conn *pgx.Conn) (pgx.Tx, Snapshot, error) {
+	switch {
+	case ctx == nil:
+		return nil, Snapshot{}, errors.New("postgres: ReadSnapshot: ctx is nil")
+	case conn == nil:
+		return nil, Snapshot{}, errors.New("postgres: ReadSnapshot: conn is nil")
+	}
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return nil, Snapshot{}, fmt.Errorf("postgres: begin snapshot: %w", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cuckooguard/cuckooguard/guarded"
+	"github.com/cuckooguard/cuckooguard/internal/options"
 )
 
 // State is what a Follower is doing.
@@ -118,8 +119,8 @@ type Follower[K comparable] struct {
 // postgres:// URL; the Follower opens two connections of its own.
 func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, parse func(string) (K, error), opts ...FollowerOption) (*Follower[K], error) {
 	c := followerConfig{backoff: DefaultBackoff, heartbeat: DefaultHeartbeat, logger: discardLogger}
-	for _, o := range opts {
-		o(&c)
+	if err := options.Apply("postgres: NewFollower", &c, opts); err != nil {
+		return nil, err
 	}
 	if c.heartbeat > 0 {
 		c.deadline = cmp.Or(c.deadline, 3*c.heartbeat)
@@ -164,6 +165,9 @@ func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, p
 // application_name "cuckooguard follower listen" and "cuckooguard
 // follower read", followed by the origin, unless the DSN sets one.
 func (f *Follower[K]) Run(ctx context.Context) error {
+	if ctx == nil {
+		return errors.New("postgres: Follower.Run: ctx is nil")
+	}
 	detach, err := f.loader.AttachFeed(f.requestResync)
 	if err != nil {
 		return fmt.Errorf("postgres: follower: %w", err)

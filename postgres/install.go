@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -47,6 +48,12 @@ func name(prefix, s string) string {
 // if it cannot get that lock within 10 seconds, rather than queue every
 // query on the table behind it.
 func Install(ctx context.Context, conn *pgx.Conn, table, keyColumn string) error {
+	switch {
+	case ctx == nil:
+		return errors.New("postgres: Install: ctx is nil")
+	case conn == nil:
+		return errors.New("postgres: Install: conn is nil")
+	}
 	tab := sanitizeTable(table)
 	key := pgx.Identifier{keyColumn}.Sanitize()
 	fnName := name("cuckooguard_notify_", strings.ReplaceAll(table, ".", "_"))
@@ -157,6 +164,12 @@ func quoteLiteral(s string) string {
 // costs only an extra copy of its key (a false positive). With database/sql, run the same
 // statement in the transaction: SELECT set_config('cuckooguard.origin', $1, true).
 func TagOrigin(ctx context.Context, tx pgx.Tx, origin string) error {
+	switch {
+	case ctx == nil:
+		return errors.New("postgres: TagOrigin: ctx is nil")
+	case tx == nil:
+		return errors.New("postgres: TagOrigin: tx is nil")
+	}
 	if _, err := tx.Exec(ctx, `SELECT set_config('cuckooguard.origin', $1, true)`, origin); err != nil {
 		return fmt.Errorf("postgres: tag origin: %w", err)
 	}

@@ -2,12 +2,14 @@ package resize
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/cuckooguard/cuckooguard/internal/options"
 	"github.com/cuckooguard/cuckooguard/shard"
 )
 
@@ -43,8 +45,8 @@ type Resizer struct {
 // goroutine, which runs until [Resizer.Close].
 func New(opts ...Option) (*Resizer, error) {
 	c := config{threshold: DefaultGrowThreshold, workers: DefaultWorkers(), chunk: shard.DefaultChunk}
-	for _, o := range opts {
-		o(&c)
+	if err := options.Apply("resize: New", &c, opts); err != nil {
+		return nil, err
 	}
 	if err := c.validate(); err != nil {
 		return nil, err
@@ -70,6 +72,9 @@ func New(opts ...Option) (*Resizer, error) {
 // the threshold and it is neither doubling nor saturated nor queued. It
 // never blocks; writers call it after every insert.
 func (r *Resizer) Maybe(s *shard.Shard) {
+	if s == nil {
+		return
+	}
 	if s.LoadFactor() < r.threshold || s.Growing() || s.Saturated() {
 		return
 	}
@@ -177,6 +182,9 @@ func (r *Resizer) migrate(s *shard.Shard) {
 // [shard.ErrSaturated] or [ErrMaxBytes] when s cannot double, and [ErrCrowded] when s is less
 // than MinGrowLoad full. GrowNow works after Close too.
 func (r *Resizer) GrowNow(s *shard.Shard, doublings int) error {
+	if s == nil {
+		return errors.New("resize: GrowNow needs a shard")
+	}
 	if s.Doublings() != doublings {
 		return nil // doubled meanwhile: no need to reserve memory
 	}

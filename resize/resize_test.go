@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -233,4 +234,21 @@ func TestCloseIsIdempotentAndConcurrent(t *testing.T) {
 	if st := r.Stats(); st.Queued != 0 {
 		t.Fatalf("Maybe after Close queued a shard: %+v", st)
 	}
+}
+
+// TestNilArguments: a nil option and a nil shard are errors that say so,
+// and Maybe of a nil shard does nothing.
+func TestNilArguments(t *testing.T) {
+	if r, err := New(nil); r != nil || err == nil || !strings.Contains(err.Error(), "option 1 of 1 is nil") {
+		t.Fatalf("New(nil) = %v, %v; want nil and an error naming the option", r, err)
+	}
+	r, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := r.GrowNow(nil, 0); err == nil || !strings.Contains(err.Error(), "shard") {
+		t.Fatalf("GrowNow(nil) = %v, want an error naming the shard", err)
+	}
+	r.Maybe(nil)
 }

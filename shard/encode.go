@@ -38,6 +38,9 @@ const maxStash = 1 << 12
 // shard wait and the encoding is a consistent snapshot of the shard;
 // lookups do not wait. A doubling in progress is finished first.
 func (s *Shard) WriteTo(w io.Writer) (int64, error) {
+	if w == nil {
+		return 0, errors.New("shard: WriteTo needs a writer")
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.finishGrowLocked()
@@ -76,6 +79,9 @@ func (s *Shard) WriteTo(w io.Writer) (int64, error) {
 // input arrives, so a header that claims a huge table costs nothing until
 // the bytes are there.
 func (s *Shard) ReadFrom(r io.Reader) (int64, error) {
+	if r == nil {
+		return 0, errors.New("shard: ReadFrom needs a reader")
+	}
 	var hdr [encodedHeaderBytes]byte
 	n, err := io.ReadFull(r, hdr[:])
 	read := int64(n)

@@ -18,6 +18,7 @@
 package pgmetrics
 
 import (
+	"reflect"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,7 +40,11 @@ var States = []postgres.State{postgres.PassThrough, postgres.Resyncing, postgres
 // metrics of f. Register the collector of the follower's Loader
 // ([metrics.NewLoaderCollector]) next to it.
 func NewFollowerCollector(f FollowerStatser, opts ...metrics.Option) prometheus.Collector {
-	c := collect.New(metrics.Config(opts), f.Stats)
+	if f == nil || reflect.ValueOf(f).Kind() == reflect.Pointer && reflect.ValueOf(f).IsNil() {
+		panic("pgmetrics: NewFollowerCollector: nothing to watch (nil)")
+	}
+	s := metrics.Apply(opts)
+	c := collect.New(s.Namespace, s.ConstLabels, f.Stats)
 	const sub = "follower"
 	type S = postgres.FollowerStats
 	state := collect.Metric{Subsystem: sub, Name: "state", Type: prometheus.GaugeValue, Labels: []string{"state"},

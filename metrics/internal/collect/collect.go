@@ -6,16 +6,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Config holds the options shared by every collector.
-type Config struct {
-	Namespace   string
-	ConstLabels prometheus.Labels
-}
-
 // Collector reads S once per scrape with stats and emits one sample per
 // metric added with Add.
 type Collector[S any] struct {
-	cfg     Config
+	ns      string
+	labels  prometheus.Labels
 	stats   func() S
 	descs   []*prometheus.Desc
 	byName  map[string]*prometheus.Desc
@@ -29,9 +24,10 @@ type sample[S any] struct {
 	value  func(*S) float64
 }
 
-// New returns an empty collector of the statistics stats returns.
-func New[S any](cfg Config, stats func() S) *Collector[S] {
-	return &Collector[S]{cfg: cfg, stats: stats, byName: make(map[string]*prometheus.Desc)}
+// New returns an empty collector of the statistics stats returns, whose
+// metric names start with namespace and whose metrics carry constLabels.
+func New[S any](namespace string, constLabels prometheus.Labels, stats func() S) *Collector[S] {
+	return &Collector[S]{ns: namespace, labels: constLabels, stats: stats, byName: make(map[string]*prometheus.Desc)}
 }
 
 // Metric is one metric family: its name within a subsystem, help, type,
@@ -46,10 +42,10 @@ type Metric struct {
 // labelValues, read from the statistics by value. Samples of one family
 // share its Desc.
 func (c *Collector[S]) Add(m Metric, value func(*S) float64, labelValues ...string) *Collector[S] {
-	name := prometheus.BuildFQName(c.cfg.Namespace, m.Subsystem, m.Name)
+	name := prometheus.BuildFQName(c.ns, m.Subsystem, m.Name)
 	d, ok := c.byName[name]
 	if !ok {
-		d = prometheus.NewDesc(name, m.Help, m.Labels, c.cfg.ConstLabels)
+		d = prometheus.NewDesc(name, m.Help, m.Labels, c.labels)
 		c.byName[name] = d
 		c.descs = append(c.descs, d)
 	}
