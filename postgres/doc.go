@@ -24,4 +24,31 @@
 // connection invalidates the Loader (every lookup passes through),
 // reconnects with backoff and resyncs. FOLLOWER.md explains the ordering
 // arguments behind it.
+//
+// Every replica of a service runs the same few lines (ExampleFollower is
+// the whole program):
+//
+//	if err := postgres.Install(ctx, conn, "users", "id"); err != nil { ... } // safe from every replica at once
+//	loader, err := guarded.New(g, store)                                   // the Loader your handlers use
+//	...
+//	f, err := postgres.NewFollower(loader, dsn, "users", "id", parseID,
+//		postgres.WithOrigin(replicaID), postgres.WithLogger(logger))
+//	...
+//	go func() {
+//		// Until ctx ends; returns early only for a setup that cannot work
+//		// (ErrNotInstalled, ErrNoNotifications).
+//		if err := f.Run(ctx); err != nil && ctx.Err() == nil {
+//			logger.Error("follower", "error", err)
+//		}
+//	}()
+//	// The replica's own inserts go through the Loader and carry its origin:
+//	err = loader.Insert(ctx, id, func(ctx context.Context) error {
+//		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//			if err := postgres.TagOrigin(ctx, tx, replicaID); err != nil {
+//				return err
+//			}
+//			_, err := tx.Exec(ctx, `INSERT INTO users (id, name) VALUES ($1, $2)`, id, name)
+//			return err
+//		})
+//	})
 package postgres

@@ -59,8 +59,13 @@ func ExampleFollower() {
 		log.Fatal(err)
 	}
 	// Run resyncs, then applies notifications until ctx ends; lookups
-	// pass through until the first resync is done.
-	go f.Run(ctx)
+	// pass through until the first resync is done. It returns early only
+	// for a setup that cannot work: say so.
+	go func() {
+		if err := f.Run(ctx); err != nil && ctx.Err() == nil {
+			log.Printf("follower: %v", err)
+		}
+	}()
 
 	// This replica's writes go through the Loader and carry its origin.
 	err = loader.Insert(ctx, 42, func(ctx context.Context) error {
