@@ -334,11 +334,31 @@ func (a *app) getUsers(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, resp)
 }
 
-// createRequest is the body of POST /users. The id is a string of digits,
-// as in {"id": "42", "name": "Ada"}.
+// createRequest is the body of POST /users: {"id": 42, "name": "Ada"}, the
+// shape GET /users/{id} answers, so that a client can send back what it
+// read. The id may also be a string of digits, {"id": "42"}, as clients of
+// earlier versions sent it.
 type createRequest struct {
-	ID   string `json:"id"`
-	Name string `json:"name"`
+	ID   *userID `json:"id"` // nil: missing or null
+	Name string  `json:"name"`
+}
+
+// userID is an id in a request body: a JSON integer or a string of
+// digits. It is parsed from the text, so ids beyond 2^53 keep every digit
+// (a float64 would round them).
+type userID int64
+
+func (u *userID) UnmarshalJSON(b []byte) error {
+	s := string(b)
+	if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
+		s = s[1 : len(s)-1]
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("id %s is not an integer", b)
+	}
+	*u = userID(n)
+	return nil
 }
 
 // errBodyTooLarge is the answer to a body over maxBody.
@@ -381,14 +401,14 @@ func (a *app) createUser(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body must be at most %d bytes", maxBody))
 		return
 	case err != nil:
-		problem(w, http.StatusBadRequest, "body must be one JSON object like {\"id\": \"42\", \"name\": \"Ada\"}: "+err.Error())
+		problem(w, http.StatusBadRequest, "body must be one JSON object like {\"id\": 42, \"name\": \"Ada\"}: "+err.Error())
 		return
 	}
-	id, err := strconv.ParseInt(req.ID, 10, 64)
-	if err != nil || req.Name == "" || strings.ContainsRune(req.Name, 0) {
+	if req.ID == nil || req.Name == "" || strings.ContainsRune(req.Name, 0) {
 		problem(w, http.StatusBadRequest, "id must be an integer and name a non-empty string without NUL characters")
 		return
 	}
+	id := int64(*req.ID)
 	u := userdb.User{ID: id, Name: req.Name}
 	// The guard gets the id before the row becomes visible, so a GET
 	// right after this POST never meets a stale "absent". If the write's
@@ -401,7 +421,7 @@ func (a *app) createUser(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		a.storeError(w, r, "create user", id, err)
 	default:
-		w.Header().Set("Location", "/users/"+req.ID)
+		w.Header().Set("Location", "/users/"+strconv.FormatInt(id, 10))
 		writeJSON(w, http.StatusCreated, u)
 	}
 }

@@ -186,6 +186,42 @@ func TestEndToEnd(t *testing.T) {
 	}
 }
 
+// TestRoundTrip is part of the first-hour issue: GET answered the id as a
+// JSON number but POST wanted a string, so a JSON client that sent back a
+// user it had read got 400. POST takes what GET answers, ids beyond 2^53
+// keep every digit, and the string form still works.
+func TestRoundTrip(t *testing.T) {
+	_, base := startApp(t, 10)
+	c := client{t: t, base: base, c: &http.Client{Timeout: 10 * time.Second}}
+	code, b := c.do("GET", "/users/7", nil)
+	if code != 200 {
+		t.Fatalf("GET /users/7 = %d %s", code, b)
+	}
+	var u map[string]any
+	if err := json.Unmarshal(b, &u); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []json.Number{"1001", "9007199254740993"} { // 2^53 + 1
+		u["id"] = id
+		body, _ := json.Marshal(u)
+		req, _ := http.NewRequest("POST", base+"/users", bytes.NewReader(body))
+		resp, err := c.c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 201 || resp.Header.Get("Location") != "/users/"+id.String() {
+			t.Fatalf("POST %s = %d (Location %q), want 201", body, resp.StatusCode, resp.Header.Get("Location"))
+		}
+		if code, got := c.do("GET", "/users/"+id.String(), nil); code != 200 || !bytes.Contains(got, []byte(`"id":`+id.String()+`,`)) {
+			t.Fatalf("GET of the user sent back = %d %s", code, got)
+		}
+	}
+	if code, b := c.do("POST", "/users", map[string]string{"id": "1002", "name": "as a string"}); code != 201 {
+		t.Fatalf("POST with the id as a string = %d %s", code, b)
+	}
+}
+
 // TestBadRequests checks the answers to what a client gets wrong: every
 // error is problem+json, including the router's own 404 and 405.
 func TestBadRequests(t *testing.T) {
@@ -204,6 +240,13 @@ func TestBadRequests(t *testing.T) {
 		{"NUL in name", "POST", "/users", `{"id": "11", "name": "a\u0000b"}`, 400},
 		{"unknown field", "POST", "/users", `{"id": "11", "name": "a", "email": "a@example.com"}`, 400},
 		{"misspelt field", "POST", "/users", `{"id": "11", "nmae": "a"}`, 400},
+		{"no id", "POST", "/users", `{"name": "a"}`, 400},
+		{"null id", "POST", "/users", `{"id": null, "name": "a"}`, 400},
+		{"fractional id", "POST", "/users", `{"id": 11.5, "name": "a"}`, 400},
+		{"exponent id", "POST", "/users", `{"id": 1e3, "name": "a"}`, 400},
+		{"id out of range", "POST", "/users", `{"id": 9223372036854775808, "name": "a"}`, 400},
+		{"id as a word", "POST", "/users", `{"id": "eleven", "name": "a"}`, 400},
+		{"id as a bool", "POST", "/users", `{"id": true, "name": "a"}`, 400},
 		{"not JSON", "POST", "/users", `id=11`, 400},
 		{"bad id", "GET", "/users/x1", "", 400},
 		{"no route", "GET", "/nothing/here", "", 404},

@@ -8,7 +8,8 @@
 // Routes: GET /users/{id} (200 JSON or 404), GET /users?ids=1,2,3 (200
 // with {"users": […], "missing": […]}, one query for all the ids the guard
 // does not rule out), POST /users with
-// {"id": "42", "name": "Ada"} (201; 400 for a field it does not know),
+// {"id": 42, "name": "Ada"} (201, the shape GET answers; the id may also be
+// a string of digits; 400 for a field it does not know),
 // DELETE /users/{id} (204 or 404),
 // GET /metrics (Prometheus), GET /healthz (200 while the process serves),
 // GET /readyz (200 when the guard answers on its own, else 503) and
