@@ -49,7 +49,7 @@ func run(ctx context.Context, c config, out, errw io.Writer) error {
 		return report(c, res, out)
 	}
 
-	st, err := openStore(ctx, c, bar(showBars, errw, c.Rows, "seeding users"))
+	st, err := openStore(ctx, c, errw, bar(showBars, errw, c.Rows, "seeding users"))
 	if err != nil {
 		return err
 	}
@@ -160,16 +160,29 @@ func notFound(err error) error {
 	return err
 }
 
-func openStore(ctx context.Context, c config, progress func(float64)) (store, error) {
+// openStore opens the store c names and says on errw which one it is, and
+// whether it seeded it or reused a table an earlier run seeded.
+func openStore(ctx context.Context, c config, errw io.Writer, progress func(float64)) (store, error) {
 	if c.Store == "sim" {
 		progress(1)
 		return &simStore{rows: c.Rows, latency: c.Latency}, nil
 	}
-	dsn := c.DSN
+	dsn, where := c.DSN, "the database"
 	if dsn == "" {
 		dsn = userdb.DefaultSQLitePath(fmt.Sprintf("bench-%d", c.Rows))
+		where = dsn
 	}
-	return openSQL(ctx, dsn, c.Rows, func(n int64) { progress(float64(n) / float64(c.Rows)) })
+	start := time.Now()
+	st, reused, err := openSQL(ctx, dsn, c.Rows, func(n int64) { progress(float64(n) / float64(c.Rows)) })
+	if err != nil {
+		return nil, err
+	}
+	if reused {
+		fmt.Fprintf(errw, "store: %s %s: reused the %d users an earlier run seeded (delete the file to seed it again)\n", c.Store, where, c.Rows)
+	} else {
+		fmt.Fprintf(errw, "store: %s %s: seeded %d users in %v\n", c.Store, where, c.Rows, time.Since(start).Round(time.Millisecond))
+	}
+	return st, nil
 }
 
 // runTarget drives a running examples/httpapi over HTTP: GET /users/{id}.

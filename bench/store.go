@@ -24,35 +24,23 @@ type sqlStore struct{ *userdb.DB }
 
 func (s sqlStore) Queries() int64 { return s.Lookups.Load() }
 
-// openSQL opens and seeds the users table, reporting seeding progress.
-func openSQL(ctx context.Context, dsn string, rows int64, progress func(done int64)) (sqlStore, error) {
+// openSQL opens the users table and makes it hold users 1..rows,
+// reporting seeding progress; a table from an earlier run with those rows
+// is reused as it is (reused).
+func openSQL(ctx context.Context, dsn string, rows int64, progress func(done int64)) (_ sqlStore, reused bool, err error) {
 	db, err := userdb.Open(ctx, dsn)
 	if err != nil {
-		return sqlStore{}, err
+		return sqlStore{}, false, err
 	}
 	if err := db.Migrate(ctx); err != nil {
 		db.Close()
-		return sqlStore{}, err
+		return sqlStore{}, false, err
 	}
-	// A table from an earlier run with the same rows is reused as it is.
-	var n, maxID sql.NullInt64
-	if err := db.QueryRowContext(ctx, `SELECT COUNT(*), MAX(id) FROM users`).Scan(&n, &maxID); err != nil {
+	if reused, err = db.SeedExactly(ctx, rows, progress); err != nil {
 		db.Close()
-		return sqlStore{}, fmt.Errorf("count users: %w", err)
+		return sqlStore{}, false, err
 	}
-	if n.Int64 != rows || maxID.Int64 != rows {
-		if _, err := db.ExecContext(ctx, `DELETE FROM users WHERE id > $1 OR id < 1`, rows); err != nil {
-			db.Close()
-			return sqlStore{}, err
-		}
-		if err := db.Seed(ctx, rows, progress); err != nil {
-			db.Close()
-			return sqlStore{}, err
-		}
-	} else if progress != nil {
-		progress(rows)
-	}
-	return sqlStore{db}, nil
+	return sqlStore{db}, reused, nil
 }
 
 // simStore holds users 1..rows in memory and waits latency per lookup,

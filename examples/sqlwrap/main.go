@@ -58,10 +58,15 @@ func run(ctx context.Context, dsn string, rows int64, lookups int, absent float6
 		return err
 	}
 	start := time.Now()
-	if err := db.Seed(ctx, rows, nil); err != nil {
+	reused, err := db.SeedExactly(ctx, rows, nil)
+	if err != nil {
 		return err
 	}
-	fmt.Printf("database: %s, %d users seeded in %v\n", db.Driver, rows, time.Since(start).Round(time.Millisecond))
+	if reused {
+		fmt.Printf("database: %s %s: reused the %d users an earlier run seeded\n", db.Driver, dsn, rows)
+	} else {
+		fmt.Printf("database: %s %s: %d users seeded in %v\n", db.Driver, dsn, rows, time.Since(start).Round(time.Millisecond))
+	}
 
 	g, err := guard.New(guard.WithCapacity(int(rows)))
 	if err != nil {

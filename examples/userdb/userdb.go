@@ -147,6 +147,27 @@ func (d *DB) Seed(ctx context.Context, n int64, progress func(done int64)) error
 	return nil
 }
 
+// SeedExactly makes the table hold exactly users 1..n, and reports whether
+// it found them there already (a file kept from an earlier run), in which
+// case it wrote nothing. Otherwise it deletes the rows outside 1..n and
+// inserts the missing ones, as Seed does.
+func (d *DB) SeedExactly(ctx context.Context, n int64, progress func(done int64)) (reused bool, err error) {
+	var count, maxID sql.NullInt64
+	if err := d.QueryRowContext(ctx, `SELECT COUNT(*), MAX(id) FROM users`).Scan(&count, &maxID); err != nil {
+		return false, fmt.Errorf("userdb: count users: %w", err)
+	}
+	if count.Int64 == n && maxID.Int64 == n {
+		if progress != nil {
+			progress(n)
+		}
+		return true, nil
+	}
+	if _, err := d.ExecContext(ctx, `DELETE FROM users WHERE id > $1 OR id < 1`, n); err != nil {
+		return false, fmt.Errorf("userdb: trim users: %w", err)
+	}
+	return false, d.Seed(ctx, n, progress)
+}
+
 // Lookup returns the user with the given id, or an error wrapping
 // sql.ErrNoRows.
 func (d *DB) Lookup(ctx context.Context, id int64) (User, error) {
