@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -26,7 +27,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) {
+		if buildDir != "" {
+			os.RemoveAll(buildDir) // the binary TestReplicasBlackBox built: 29 MB
+		}
+	}))
 }
 
 // startApp serves a fresh app over loopback and returns its base URL.

@@ -23,12 +23,16 @@ import (
 	"github.com/cuckooguard/cuckooguard/examples/userdb"
 )
 
+// buildDir holds the binary buildOnce built; TestMain removes it.
+var buildDir string
+
 // buildOnce builds the httpapi command once per test binary.
 var buildOnce = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "httpapi-bin-*")
 	if err != nil {
 		return "", err
 	}
+	buildDir = dir
 	bin := filepath.Join(dir, "httpapi")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
 	if err != nil {
