@@ -45,11 +45,30 @@ func TestNilArguments(t *testing.T) {
 		{"Fill(KeysOf(nil))", "Fill: keys is nil", func() error { return l.Fill(ctx, KeysOf[int](nil)) }},
 		{"CatchUp(nil ctx)", "CatchUp: ctx is nil", func() error { return l.CatchUp(nilCtx, seqOf([]Change[int]{})) }},
 		{"CatchUp(nil changes)", "CatchUp: changes is nil", func() error { return l.CatchUp(ctx, nil) }},
-		{"Resync(nil ctx)", "Resync: ctx is nil", func() error {
-			return l.Resync(nilCtx, func(context.Context, func(int) error, func(int)) error { return nil })
+		{"Feed.Resync(nil ctx)", "Resync: ctx is nil", func() error {
+			f, err := l.AttachFeed()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Detach()
+			return f.Resync(nilCtx, func(context.Context, func(int) error) error { return nil })
 		}},
-		{"Resync(nil fill)", "Resync: fill is nil", func() error { return l.Resync(ctx, nil) }},
-		{"AttachFeed(nil)", "resync function", func() error { _, err := l.AttachFeed(nil); return err }},
+		{"Feed.Resync(nil fill)", "Resync: fill is nil", func() error {
+			f, err := l.AttachFeed()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Detach()
+			return f.Resync(ctx, nil)
+		}},
+		{"Feed.Replace(nil)", "Replace: g is nil", func() error {
+			f, err := l.AttachFeed()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Detach()
+			return f.Replace(nil)
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -104,10 +104,11 @@ func TestLoaderFeedDeleteBeforeCreation(t *testing.T) {
 	k := collidingKey(t, x)
 	s := newMemStore[int]()
 	l := newTestLoader(t, s, collisionOpts)
-	if _, err := l.AttachFeed(func() {}); err != nil {
+	feed, err := l.AttachFeed()
+	if err != nil {
 		t.Fatal(err)
 	}
-	l.MarkReady() // the feed resynced an empty table
+	feed.MarkReady() // the feed resynced an empty table
 	if err := l.Insert(ctx, x, func(context.Context) error { s.put(x, "x"); return nil }); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func TestLoaderFeedDeleteBeforeCreation(t *testing.T) {
 	}
 	// The feed delivers B's creation and this process's delete, in order.
 	for _, c := range []Change[int]{{Key: k}, {Key: k, Deleted: true}} {
-		if err := l.Apply(c); err != nil {
+		if err := feed.Apply(c); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -488,10 +489,11 @@ func TestLoaderReplicasStress(t *testing.T) {
 		}
 		l.codec = clusterCodec
 		defer l.Close()
-		if _, err := l.AttachFeed(func() {}); err != nil {
+		feed, err := l.AttachFeed()
+		if err != nil {
 			t.Fatal(err)
 		}
-		rep := &replica{id: r, l: l, t: tbl}
+		rep := &replica{id: r, l: l, feed: feed, t: tbl}
 		reps[r] = rep
 		feeds.Go(func() {
 			if err := rep.follow(ctx, drain, rand.New(rand.NewPCG(seed, uint64(r)+50))); err != nil && ctx.Err() == nil {
@@ -714,6 +716,7 @@ func (t *logTable) next(ctx context.Context, drain <-chan struct{}, pos, lag int
 type replica struct {
 	id      int
 	l       *Loader[int, string]
+	feed    *Feed[int]
 	t       *logTable
 	applied atomic.Int64 // log position applied
 }
@@ -723,7 +726,7 @@ type replica struct {
 // head (as a notification is delayed), until ctx ends.
 func (rp *replica) follow(ctx context.Context, drain <-chan struct{}, rnd *rand.Rand) error {
 	var pos int64
-	err := rp.l.Resync(ctx, func(ctx context.Context, add func(int) error, _ func(int)) error {
+	err := rp.feed.Resync(ctx, func(ctx context.Context, add func(int) error) error {
 		ks, p := rp.t.read()
 		pos = p
 		for _, k := range ks {
@@ -737,7 +740,7 @@ func (rp *replica) follow(ctx context.Context, drain <-chan struct{}, rnd *rand.
 		return err
 	}
 	rp.applied.Store(pos)
-	rp.l.MarkReady()
+	rp.feed.MarkReady()
 	for {
 		e, err := rp.t.next(ctx, drain, pos, rnd.Int64N(32))
 		if err != nil {
@@ -745,7 +748,7 @@ func (rp *replica) follow(ctx context.Context, drain <-chan struct{}, rnd *rand.
 		}
 		pos++
 		if e.origin != rp.id || e.deleted { // this replica's Insert added its own rows
-			if err := rp.l.Apply(Change[int]{Key: e.key, Deleted: e.deleted}); err != nil {
+			if err := rp.feed.Apply(Change[int]{Key: e.key, Deleted: e.deleted}); err != nil {
 				return err
 			}
 		}

@@ -51,5 +51,12 @@
 //     included, in commit order, after the creation it undoes (added by
 //     Insert, by an earlier change, or by the feed's snapshot read). The
 //     feed skips only this process's own inserts. Rebuilds go through the
-//     feed's snapshot-aware [Loader.Resync].
+//     feed's snapshot-aware [Feed.Resync], which the Loader asks for on
+//     [Feed.Requests].
+//   - Restart from a saved guard ([Feed.Replace]): the feed saved the guard
+//     with its position in the stream, and applies every change after that
+//     position, in commit order. The inserts an earlier process made are
+//     not this process's own, so the feed applies them too: a creation the
+//     saved guard lacks is added, and one it holds already gets a second
+//     copy (a false positive until the next resync), never none.
 package guarded

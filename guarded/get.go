@@ -12,10 +12,7 @@ import (
 // request twice; the middleware counts its own), and does not allocate
 // for string and integer keys.
 func (l *Loader[K, V]) MayContain(key K) bool {
-	// ready before cur: a resync swaps in its guard and then sets ready,
-	// so a true ready guarantees the guard loaded next is that one.
-	ready := l.ready.Load()
-	v := l.cur.Load()
+	ready, v := l.readyView()
 	h := l.codec.hash(v.g, key)
 	return !ready || v.passes(h) || v.g.ContainsHash(h)
 }
@@ -50,14 +47,14 @@ func (l *Loader[K, V]) Get(ctx context.Context, key K) (V, error) {
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}
-	ready := l.ready.Load() // before cur: see MayContain
-	v := l.cur.Load()
+	// The generation before the guard, and the epoch before the store: a
+	// swap of the guard, an insert of key or a resync that happens after
+	// this point voids what we may cache below.
+	gen := l.negGen.Load()
+	ready, v := l.readyView()
 	h := l.codec.hash(v.g, key)
 	guarded := ready && !v.passes(h)
-	// Read the epoch and the generation before the store: an insert of key,
-	// or a resync, that happens after this point voids what we may cache
-	// below.
-	epoch, gen := l.epoch(h).Load(), l.negGen.Load()
+	epoch := l.epoch(h).Load()
 	if guarded {
 		if !v.g.ContainsHash(h) {
 			l.avoided.Inc()
@@ -82,6 +79,20 @@ func (l *Loader[K, V]) Get(ctx context.Context, key K) (V, error) {
 		return zero, ErrNotFound
 	}
 	return val, err
+}
+
+// readyView returns whether the Loader is ready and the view lookups use.
+//
+// ready before cur: a resync swaps in its guard and then sets ready, so a
+// true ready guarantees that the guard loaded next is that one. And a
+// caller that reads negGen before calling readyView sees the guard that was
+// current at that generation or a later one: a swap stores cur before it
+// bumps negGen. Negative-cache entries are keyed by the generation, so one
+// cached under a hash of an old guard's seed is never trusted after the
+// swap.
+func (l *Loader[K, V]) readyView() (bool, *view) {
+	ready := l.ready.Load()
+	return ready, l.cur.Load()
 }
 
 // load is one call of the store's lookup, bounded by WithLoadTimeout.

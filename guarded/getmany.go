@@ -29,8 +29,8 @@ func (l *Loader[K, V]) GetMany(ctx context.Context, keys []K) (vals []V, errs []
 		}
 		return vals, errs
 	}
-	ready := l.ready.Load() // before cur: see MayContain
-	v := l.cur.Load()
+	gen := l.negGen.Load() // before the guard: see readyView
+	ready, v := l.readyView()
 	hs := make([]uint64, len(keys))
 	for i, k := range keys {
 		hs[i] = l.codec.hash(v.g, k)
@@ -56,7 +56,7 @@ func (l *Loader[K, V]) GetMany(ctx context.Context, keys []K) (vals []V, errs []
 		}
 		h := hs[i]
 		guarded := ready && !v.passes(h)
-		epoch, gen := l.epoch(h).Load(), l.negGen.Load()
+		epoch := l.epoch(h).Load()
 		if guarded {
 			if !maybe[i] {
 				l.avoided.Inc()

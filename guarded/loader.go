@@ -22,7 +22,7 @@ import (
 // Until the guard holds every key of the store the Loader passes every
 // lookup through: after [Loader.Fill] (a fresh guard), [Loader.CatchUp] (a
 // guard restored from a snapshot), [Loader.MarkReady] (a guard the caller
-// filled) or a change feed's first resync ([Loader.AttachFeed]). Insert
+// filled) or a change feed's [Feed.MarkReady] ([Loader.AttachFeed]). Insert
 // adds a key before its write and keeps it if the write's outcome is
 // unknown; Delete removes a key only after the store confirmed the delete,
 // and only where that cannot take another key's copy (the package
@@ -50,8 +50,8 @@ type Loader[K comparable, V any] struct {
 	// that the guard it removes from is the one it found ready.
 	writeMu sync.RWMutex
 	ready   atomic.Bool
-	filled  atomic.Bool              // a Fill is running or has succeeded: no other may run
-	feed    atomic.Pointer[feedHook] // set once by AttachFeed
+	filled  atomic.Bool             // a Fill is running or has succeeded: no other may run
+	feed    atomic.Pointer[Feed[K]] // the attached change feed, or nil
 
 	flight  flight[K, V] // coalesces store lookups
 	inserts keyLocks[K]  // one Insert per key at a time

@@ -665,47 +665,46 @@ func seqOf[T any](xs []T) iter.Seq2[T, error] {
 	}
 }
 
-// TestLoaderApplyInvalidateResync covers the entry points a change feed
-// uses: Apply of others' writes, Invalidate on a lost feed, and Resync with
-// an insert through the Loader racing the fill.
-func TestLoaderApplyInvalidateResync(t *testing.T) {
+// TestFeedInMemory drives a Loader from a change stream that is not
+// PostgreSQL, as a CDC pipeline or a message queue could: a Feed's Apply of
+// others' writes, Invalidate on a lost stream, Resync with an insert
+// through the Loader racing the fill, the Loader's requests for a resync
+// on Requests, Replace with a guard saved earlier (of another seed), and
+// Detach.
+func TestFeedInMemory(t *testing.T) {
 	ctx := context.Background()
 	s := newMemStore[int]()
 	l := newTestLoader(t, s, []guard.Option{guard.WithCapacity(1000)})
-	if err := l.Apply(Change[int]{Key: 1}); !errors.Is(err, errNoFeed) {
-		t.Fatalf("Apply without a feed = %v, want an error", err)
-	}
-	var resyncs atomic.Int64
-	detach, err := l.AttachFeed(func() { resyncs.Add(1) })
+	feed, err := l.AttachFeed()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.AttachFeed(func() {}); err == nil {
+	if _, err := l.AttachFeed(); err == nil {
 		t.Fatal("a second feed was attached")
 	}
 	if l.Ready() {
 		t.Fatal("ready after AttachFeed, before the feed resynced")
 	}
-	l.MarkReady()
+	feed.MarkReady()
 	s.put(1, "r")
-	if err := l.Apply(Change[int]{Key: 1}); err != nil {
+	if err := feed.Apply(Change[int]{Key: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.Get(ctx, 1); err != nil {
 		t.Fatalf("Get after Apply = %v", err)
 	}
 	s.del(1)
-	if err := l.Apply(Change[int]{Key: 1, Deleted: true}); err != nil || l.Guard().Len() != 0 {
+	if err := feed.Apply(Change[int]{Key: 1, Deleted: true}); err != nil || l.Guard().Len() != 0 {
 		t.Fatalf("Apply(delete): %v, %d keys", err, l.Guard().Len())
 	}
-	l.Invalidate()
+	feed.Invalidate()
 	if l.Ready() || !l.MayContain(12345) {
 		t.Fatal("an invalidated Loader does not pass lookups through")
 	}
 	for i := range 100 {
 		s.put(i, "r")
 	}
-	err = l.Resync(ctx, func(ctx context.Context, add func(int) error, remove func(int)) error {
+	err = feed.Resync(ctx, func(ctx context.Context, add func(int) error) error {
 		if l.Ready() {
 			t.Error("Loader ready during Resync")
 		}
@@ -718,8 +717,6 @@ func TestLoaderApplyInvalidateResync(t *testing.T) {
 				return err
 			}
 		}
-		add(7)
-		remove(7) // a change the read missed, then undone
 		return nil
 	})
 	if err != nil {
@@ -728,8 +725,8 @@ func TestLoaderApplyInvalidateResync(t *testing.T) {
 	if l.Ready() {
 		t.Fatal("ready after Resync, before the caller caught up")
 	}
-	l.MarkReady()
-	for _, k := range []int{0, 7, 99, 500} {
+	feed.MarkReady()
+	for _, k := range []int{0, 99, 500} {
 		if _, err := l.Get(ctx, k); err != nil {
 			t.Fatalf("Get(%d) after Resync = %v", k, err)
 		}
@@ -737,24 +734,69 @@ func TestLoaderApplyInvalidateResync(t *testing.T) {
 	if n := l.Guard().Len(); n != 101 {
 		t.Fatalf("%d keys after Resync, want 101", n)
 	}
-	// A rebuild the Loader needs is asked of the feed, at most once per
-	// interval.
+	// A rebuild the Loader needs is asked on Requests, at most once per
+	// interval, without waiting for the stream to read it.
 	l.rebuild()
 	l.rebuild()
-	if n := resyncs.Load(); n != 1 {
-		t.Fatalf("%d resyncs asked of the feed, want 1", n)
+	select {
+	case <-feed.Requests():
+	default:
+		t.Fatal("the Loader asked for no resync")
 	}
-	// Detached, the Loader cannot know what it lacks, and Apply refuses.
-	detach()
-	detach()
+	select {
+	case <-feed.Requests():
+		t.Fatal("the Loader asked for two resyncs within the interval")
+	default:
+	}
+	// Replace: a guard saved with the stream's position, restored; its
+	// seed is not the current guard's. Keys added to it before are found,
+	// and Inserts and Applies after it hash with its seed.
+	var saved bytes.Buffer
+	old, err := guard.New(guard.WithCapacity(1000), guard.WithSeed(l.Guard().Seed()+1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		old.AddHash(l.codec.hash(old, i))
+	}
+	if _, err := old.WriteTo(&saved); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+	restored, err := guard.Restore(&saved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := feed.Replace(restored); err != nil {
+		t.Fatal(err)
+	}
+	if l.Ready() || l.Guard() != restored {
+		t.Fatal("Replace left the Loader ready, or did not install the guard")
+	}
+	s.put(600, "r")
+	if err := feed.Apply(Change[int]{Key: 600}); err != nil { // a change after the saved position
+		t.Fatal(err)
+	}
+	if err := l.Insert(ctx, 700, func(context.Context) error { s.put(700, "r"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	feed.MarkReady()
+	for _, k := range []int{0, 99, 600, 700} {
+		if _, err := l.Get(ctx, k); err != nil {
+			t.Fatalf("Get(%d) after Replace = %v", k, err)
+		}
+	}
+	// Detached, the Loader cannot know what it lacks, and the feed refuses.
+	feed.Detach()
+	feed.Detach()
 	if l.Ready() {
 		t.Fatal("ready after the feed detached")
 	}
-	if err := l.Apply(Change[int]{Key: 1}); !errors.Is(err, errNoFeed) {
-		t.Fatalf("Apply after detach = %v", err)
+	if err := feed.Apply(Change[int]{Key: 1}); !errors.Is(err, errDetached) {
+		t.Fatalf("Apply after Detach = %v", err)
 	}
-	if _, err := l.AttachFeed(func() {}); err != nil {
-		t.Fatalf("AttachFeed after detach: %v", err)
+	if _, err := l.AttachFeed(); err != nil {
+		t.Fatalf("AttachFeed after Detach: %v", err)
 	}
 }
 

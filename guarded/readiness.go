@@ -27,7 +27,7 @@ import (
 // Loader that is ready (say, after [Loader.CatchUp]): a second pass would
 // add a second copy of every key. After a Fill that failed, call it again.
 // To build the guard anew from the store, a Loader rebuilds on its own
-// ([KeyLister]), and a change feed calls [Loader.Resync].
+// ([KeyLister]), and a change feed calls [Feed.Resync].
 func (l *Loader[K, V]) Fill(ctx context.Context, keys iter.Seq2[K, error]) error {
 	switch {
 	case ctx == nil:
@@ -177,7 +177,7 @@ func (l *Loader[K, V]) MarkReady() {
 
 // Invalidate declares that the guard may lack keys of the store (for
 // example, a change feed was interrupted): every lookup passes through
-// until the Loader is ready again ([Loader.Resync], [Loader.Fill],
+// until the Loader is ready again ([Feed.MarkReady], [Loader.Fill],
 // [Loader.CatchUp] or [Loader.MarkReady]).
 func (l *Loader[K, V]) Invalidate() {
 	l.ready.Store(false)

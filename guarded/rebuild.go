@@ -33,7 +33,7 @@ func (l *Loader[K, V]) rebuild() {
 		// feedResyncInterval, however many inserts find a full shard.
 		now := l.cfg.now().UnixNano()
 		if after := l.rebuildAfter.Load(); now >= after && l.rebuildAfter.CompareAndSwap(after, now+int64(feedResyncInterval)) {
-			f.resync()
+			f.request()
 		}
 		return
 	}

@@ -34,23 +34,30 @@ func (l *Loader[K, V]) Insert(ctx context.Context, key K, write func(ctx context
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	h := l.Hash(key) // every guard of a Loader has the same seed
-	if err := l.inserts.lock(ctx, h, key); err != nil {
+	// The lock's stripe comes from the hash of the guard in use now. A
+	// feed's Replace may change the seed before the lock is taken (it
+	// waits for writeMu, below), so that two Inserts of one key may run
+	// at once, once: one extra copy at most.
+	lh := l.Hash(key)
+	if err := l.inserts.lock(ctx, lh, key); err != nil {
 		return err
 	}
-	defer l.inserts.unlock(h, key)
+	defer l.inserts.unlock(lh, key)
 	l.writeMu.RLock()
 	defer l.writeMu.RUnlock()
+	// Under writeMu the guards cannot change: hash the key with each.
 	cur, sh := l.cur.Load(), l.shadow.Load()
+	h := l.codec.hash(cur.g, key)
 	e := l.epoch(h)
 	e.Add(1)
 	inCur, err := l.add(cur, h)
 	if err != nil {
 		return wrap("insert", err)
 	}
-	inShadow := false
+	inShadow, hs := false, uint64(0)
 	if sh != nil {
-		inShadow, _ = l.add(sh, h) // a failed rebuild closes sh: nothing to keep
+		hs = l.codec.hash(sh.g, key)
+		inShadow, _ = l.add(sh, hs) // a failed rebuild closes sh: nothing to keep
 	}
 	rolledBack := false
 	defer func() {
@@ -70,7 +77,7 @@ func (l *Loader[K, V]) Insert(ctx context.Context, key K, write func(ctx context
 			cur.g.RemoveHash(h)
 		}
 		if inShadow {
-			sh.g.RemoveHash(h)
+			sh.g.RemoveHash(hs)
 		}
 		rolledBack = true
 		return werr

@@ -46,16 +46,12 @@ func (s State) String() string {
 
 // Target is what a [Follower] keeps in step with a table: a
 // *guarded.Loader[K, V] of any value type V. The Follower attaches itself
-// as the Target's change feed, reads the table into a fresh guard through
-// Resync, applies each change the read did not see, and invalidates the
-// Target (every lookup passes through) whenever it cannot know what it
-// misses.
+// as the Target's change feed ([guarded.Feed]), reads the table into a
+// fresh guard through it, applies each change the read did not see, and
+// invalidates the Target (every lookup passes through) whenever it cannot
+// know what it misses.
 type Target[K comparable] interface {
-	AttachFeed(resync func()) (detach func(), err error)
-	Resync(ctx context.Context, fill func(ctx context.Context, add func(K) error, remove func(K)) error) error
-	Apply(c guarded.Change[K]) error
-	MarkReady()
-	Invalidate()
+	AttachFeed() (*guarded.Feed[K], error)
 }
 
 // Follower keeps a [Target] (a *guarded.Loader) in step with the writes
@@ -111,7 +107,7 @@ type Follower[K comparable] struct {
 	mu          sync.Mutex   // protects lastErr and byReason
 	lastErr     error
 	byReason    map[Reason]int64
-	resyncReq   chan struct{} // buffered 1: the Loader asked for a fresh guard
+	feed        *guarded.Feed[K] // while Run runs
 }
 
 // NewFollower returns a Follower that applies the changes of table's
@@ -142,7 +138,7 @@ func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, p
 	}
 	return &Follower[K]{loader: loader, conf: conf, table: table, key: keyColumn, parse: parse,
 		origin: c.origin, backoff: c.backoff, maxLag: c.maxLag, heartbeat: c.heartbeat, deadline: c.deadline,
-		log: c.logger, byReason: make(map[Reason]int64), resyncReq: make(chan struct{}, 1)}, nil
+		log: c.logger, byReason: make(map[Reason]int64)}, nil
 }
 
 // Run follows the table until ctx ends, reconnecting after failures, and
@@ -168,17 +164,18 @@ func (f *Follower[K]) Run(ctx context.Context) error {
 	if ctx == nil {
 		return errors.New("postgres: Follower.Run: ctx is nil")
 	}
-	detach, err := f.loader.AttachFeed(f.requestResync)
+	feed, err := f.loader.AttachFeed()
 	if err != nil {
 		return fmt.Errorf("postgres: follower: %w", err)
 	}
-	defer detach()
+	f.feed = feed
+	defer feed.Detach()
 	f.unconfirmed.CompareAndSwap(0, time.Now().UnixNano()) // nothing confirmed yet
 	b := newBackoff(f.backoff, MaxBackoff)
 	var logged Reason // the reason last logged; "" after a healthy session
 	for first := true; ; first = false {
 		followed, err := f.session(ctx)
-		f.loader.Invalidate()
+		feed.Invalidate()
 		f.state.Store(int32(PassThrough))
 		f.pid.Store(0)
 		// From now on nothing confirms the guard: the lag grows.
@@ -228,15 +225,6 @@ func (f *Follower[K]) Run(ctx context.Context) error {
 	}
 }
 
-// requestResync is the Loader's request for a fresh guard: the session
-// in progress ends, and the next one resyncs. It does not block.
-func (f *Follower[K]) requestResync() {
-	select {
-	case f.resyncReq <- struct{}{}:
-	default: // one is pending already
-	}
-}
-
 // session connects, resyncs and applies notifications until an error, or
 // until the Loader asks for a resync (errResync). followed is how long it
 // followed: from the marker's return to its end, 0 if the marker never
@@ -246,7 +234,7 @@ func (f *Follower[K]) session(ctx context.Context) (followed time.Duration, err 
 	defer cancel(nil)
 	go func() {
 		select {
-		case <-f.resyncReq:
+		case <-f.feed.Requests():
 			cancel(errResync)
 		case <-ctx.Done():
 		}
@@ -417,7 +405,7 @@ func (f *Follower[K]) notification(payload string, sn Snapshot, hb *heartbeats, 
 			// change committed before it: a heartbeat's round trip.
 			hb.rtt = now.Sub(hb.markerSent)
 			f.confirm(hb)
-			f.loader.MarkReady()
+			f.feed.MarkReady()
 			f.state.Store(int32(Following))
 		}
 		return nil // or another follower's marker
@@ -500,7 +488,7 @@ func (f *Follower[K]) resync(ctx context.Context, reader *pgx.Conn) (Snapshot, s
 	query := fmt.Sprintf("SELECT %s::text FROM %s",
 		pgx.Identifier{f.key}.Sanitize(), sanitizeTable(f.table))
 	var sn Snapshot
-	err := f.loader.Resync(ctx, func(ctx context.Context, add func(K) error, _ func(K)) error {
+	err := f.feed.Resync(ctx, func(ctx context.Context, add func(K) error) error {
 		tx, s, err := ReadSnapshot(ctx, reader)
 		if err != nil {
 			return err
@@ -550,7 +538,7 @@ func (f *Follower[K]) apply(c Change) error {
 		if err != nil {
 			return err
 		}
-		if err := f.loader.Apply(guarded.Change[K]{Key: old, Deleted: true}); err != nil {
+		if err := f.feed.Apply(guarded.Change[K]{Key: old, Deleted: true}); err != nil {
 			return err
 		}
 	}
@@ -558,5 +546,5 @@ func (f *Follower[K]) apply(c Change) error {
 	if err != nil {
 		return err
 	}
-	return f.loader.Apply(guarded.Change[K]{Key: k, Deleted: c.Op == Delete})
+	return f.feed.Apply(guarded.Change[K]{Key: k, Deleted: c.Op == Delete})
 }

@@ -89,10 +89,10 @@ func (f *Follower[K]) checkLag(now time.Time) {
 	case st == Following && lag > f.maxLag:
 		// Too late to trust: other replicas' rows may be missing for
 		// longer than promised. Pass through until caught up.
-		f.loader.Invalidate()
+		f.feed.Invalidate()
 		f.state.Store(int32(Behind))
 	case st == Behind && lag < f.maxLag/2:
-		f.loader.MarkReady()
+		f.feed.MarkReady()
 		f.state.Store(int32(Following))
 	}
 }
