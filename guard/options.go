@@ -40,6 +40,24 @@ func defaultConfig() config {
 	return config{capacity: DefaultCapacity, growThreshold: DefaultGrowThreshold}
 }
 
+// Like gives the guard the grow threshold, the memory cap and the grow
+// workers of g, not its capacity, shards or seed. With [Restore] it makes
+// a guard saved earlier behave like the one it replaces:
+//
+//	restored, err := guard.Restore(f, guard.Like(current))
+//
+// Options after it override what it sets. A nil g sets nothing.
+func Like(g *Guard) Option {
+	return func(c *config) {
+		if g == nil {
+			return
+		}
+		c.growThreshold = g.cfg.growThreshold
+		c.maxBytes = g.cfg.maxBytes
+		c.workers, c.workersSet = g.cfg.workers, g.cfg.workersSet
+	}
+}
+
 // WithCapacity sets the number of keys the guard is expected to hold. It
 // sizes the shards so that, filled to n keys, the guard uses at most about
 // 20 bits (2.5 bytes) per key and no shard has had to double. More keys are

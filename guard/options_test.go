@@ -108,3 +108,25 @@ func TestSeedOption(t *testing.T) {
 		t.Errorf("two default guards got the same seed %d", c.Seed())
 	}
 }
+
+// TestLike: a guard restored with Like(g) has g's threshold, cap and
+// workers, and keeps the snapshot's seed.
+func TestLike(t *testing.T) {
+	g := mustNew(t, WithCapacity(1000), WithGrowThreshold(0.6), WithMaxBytes(1<<20), WithGrowWorkers(3), WithSeed(9))
+	other := mustNew(t, WithCapacity(1000), WithSeed(5))
+	var snap bytes.Buffer
+	if _, err := other.WriteTo(&snap); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Restore(&snap, Like(g))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if r.cfg.growThreshold != 0.6 || r.cfg.maxBytes != 1<<20 || r.cfg.workers != 3 || !r.cfg.workersSet {
+		t.Fatalf("restored config %+v, want g's threshold, cap and workers", r.cfg)
+	}
+	if r.Seed() != 5 {
+		t.Fatalf("restored seed %d, want the snapshot's 5", r.Seed())
+	}
+}
