@@ -1,50 +1,68 @@
-// Package postgres publishes a table's key changes from PostgreSQL, so that
-// every process's guard can follow the database's own change feed.
+// Package postgres keeps every process's guard in step with a PostgreSQL
+// table, from the database's own change stream.
 //
-// [Install] creates a trigger that calls pg_notify on a channel named after
-// the table ([Channel]) for every inserted and deleted row and for every
-// update that changes the key. A notification is sent when its transaction
-// commits, in commit order, and carries the operation, the writing
-// transaction's id, a sequence number (so that PostgreSQL does not merge
-// two identical notifications of one transaction) and the key, or just
-// "resync" when the key is too long for a notification payload.
-// [ParseChange] decodes a payload.
+// A [Follower] per process applies the table's changes to its
+// guarded.Loader. By default it reads them through logical decoding:
+// [Publish] creates a publication of the table's key column alone
+// (PostgreSQL 15 or later, wal_level = logical), so that the server decodes
+// and sends nothing else, and adds no trigger: the table's writers pay only
+// the WAL they write anyway. Each process streams from a replication slot
+// of its own, named after the table and its origin ([WithOrigin]). The
+// slot keeps the changes since the process's position, so a lost
+// connection resumes where it stopped, and a restarted process starts from
+// the guard it saved with its position ([WithSnapshotFile]) instead of
+// reading the table.
 //
-// A follower LISTENs before it reads the table, so that nothing committed
-// in between is missed, and reads the table in a transaction whose
-// snapshot ([ReadSnapshot]) tells, for every notification that arrives,
-// whether the read already saw its write ([Snapshot.Visible]): those are
-// skipped, the others applied in order. This de-duplicates the warm-up
-// exactly, without remembering any keys.
+// The first read of the table runs under the snapshot that the slot
+// exports as it is made, so the read and the stream meet exactly: the read
+// sees the transactions that committed before the slot's consistent point,
+// the stream carries the others, in commit order. Inserts, deletes, key
+// updates and TRUNCATE are applied as they come, except the inserts of
+// transactions this process tagged ([Follower.Tag]), whose keys its Loader
+// added before writing them. A delete is applied at its transaction's
+// commit, so that a session cut inside a transaction, which the next one
+// replays, applies it once. The heartbeat, a transactional logical
+// decoding message the Follower sends itself, comes back in commit order
+// behind every change committed before it: it measures the lag and finds
+// a connection that is dead without saying so.
 //
-// [Follower] applies the notifications to a guarded.Loader: it LISTENs,
-// reads the table under a snapshot into a fresh guard, applies the changes
-// the read did not see, skips this process's own writes (tagged with
-// [TagOrigin]; its Loader applied them already), and on a dropped
-// connection invalidates the Loader (every lookup passes through),
-// reconnects with backoff and resyncs. FOLLOWER.md explains the ordering
-// arguments behind it.
+// [WithNotify] follows through a trigger and LISTEN/NOTIFY instead
+// ([Install] creates the trigger, [TagOrigin] tags the writes), for servers
+// without logical decoding. It costs the table's writers: a transaction
+// with a pending notification takes an instance-wide lock at commit. It
+// reads the whole table after every lost connection, under a snapshot
+// ([ReadSnapshot], [Snapshot.Visible]) that tells which notifications the
+// read saw.
+//
+// Replication slots are a server resource: a permanent slot of a process
+// that never returns holds WAL until it is dropped. [Slots] lists the
+// table's slots with the WAL each holds, [DropStaleSlots] drops those not
+// used for a while, and the server's max_slot_wal_keep_size bounds what
+// any slot can hold (the README gives the sizing). FOLLOWER.md explains
+// the ordering arguments behind all of it.
 //
 // Every replica of a service runs the same few lines (ExampleFollower is
 // the whole program):
 //
-//	if err := postgres.Install(ctx, conn, "users", "id"); err != nil { ... } // safe from every replica at once
+//	if err := postgres.Publish(ctx, conn, "users", "id"); err != nil { ... } // safe from every replica at once
 //	loader, err := guarded.New(g, store)                                   // the Loader your handlers use
 //	...
 //	f, err := postgres.NewFollower(loader, dsn, "users", "id", parseID,
-//		postgres.WithOrigin(replicaID), postgres.WithLogger(logger))
+//		postgres.WithOrigin(replicaID),                   // stable across restarts, unique among the replicas
+//		postgres.WithSnapshotFile("/var/lib/app/users.guard"), // optional: restart without reading the table
+//		postgres.WithLogger(logger))
 //	...
 //	go func() {
 //		// Until ctx ends; returns early only for a setup that cannot work
-//		// (ErrNotInstalled, ErrNoNotifications).
+//		// (ErrLogicalUnavailable, ErrNotPublished).
 //		if err := f.Run(ctx); err != nil && ctx.Err() == nil {
 //			logger.Error("follower", "error", err)
 //		}
 //	}()
-//	// The replica's own inserts go through the Loader and carry its origin:
+//	// The replica's own inserts go through the Loader and are tagged:
 //	err = loader.Insert(ctx, id, func(ctx context.Context) error {
 //		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-//			if err := postgres.TagOrigin(ctx, tx, replicaID); err != nil {
+//			if err := f.Tag(ctx, tx); err != nil {
 //				return err
 //			}
 //			_, err := tx.Exec(ctx, `INSERT INTO users (id, name) VALUES ($1, $2)`, id, name)

@@ -21,6 +21,45 @@ var ErrNotInstalled = errors.New("postgres: no cuckooguard trigger publishes the
 // the Follower at the database itself, or at a session-pooling bouncer.
 var ErrNoNotifications = errors.New("postgres: follower: no notifications arrive on the LISTEN connection")
 
+// ErrNotPublished is returned by [Follower.Run] when the table has no
+// publication of [Publish] with its key column: logical decoding would
+// send nothing. Run Publish (with the same table and key column).
+var ErrNotPublished = errors.New("postgres: the table is not published for the follower (run postgres.Publish with the same table and key column)")
+
+// ErrLogicalUnavailable is returned by [Publish] and [Follower.Run] when
+// the server cannot stream the table's changes to the follower. The error
+// wrapping it says which prerequisite is missing: wal_level = logical,
+// PostgreSQL 15 or later (publications with a column list), the
+// REPLICATION attribute of the user, or a replica identity that lets a
+// delete of the key be decoded. [WithNotify] follows a table without
+// logical decoding, at a cost to its writers.
+var ErrLogicalUnavailable = errors.New("postgres: logical decoding is not available for the follower")
+
+// ReadReason says why a Follower read the whole table instead of resuming
+// from a position: the key of [FollowerStats.FullReads] and of the reason
+// label of the follower's full-read metric. The set is fixed: see
+// [ReadReasons].
+type ReadReason string
+
+// The reasons for a full read.
+const (
+	ReadStart          ReadReason = "start"            // the first session, without a snapshot file
+	ReadNoSnapshot     ReadReason = "snapshot_missing" // the snapshot file does not exist yet
+	ReadBadSnapshot    ReadReason = "snapshot_bad"     // the snapshot file could not be read, or is of another table or slot
+	ReadStaleSnapshot  ReadReason = "snapshot_stale"   // the slot has moved past the snapshot's position
+	ReadSlotMissing    ReadReason = "slot_missing"     // the replication slot is gone
+	ReadSlotLost       ReadReason = "slot_lost"        // the server removed WAL the slot needed (max_slot_wal_keep_size)
+	ReadRequested      ReadReason = "requested"        // the Loader asked for a fresh guard (a full shard, too high a false-positive rate)
+	ReadTruncated      ReadReason = "truncated"        // the table was truncated
+	ReadBigTransaction ReadReason = "big_transaction"  // a transaction deleted more keys than a session holds back (maxTxDeletes)
+	ReadNoResume       ReadReason = "no_resume"        // a lost connection, without a permanent slot (no origin) or with NOTIFY
+	ReadResumeFailed   ReadReason = "resume_failed"    // the stream could not be resumed from the last position
+)
+
+// ReadReasons lists every [ReadReason].
+var ReadReasons = []ReadReason{ReadStart, ReadNoSnapshot, ReadBadSnapshot, ReadStaleSnapshot,
+	ReadSlotMissing, ReadSlotLost, ReadRequested, ReadTruncated, ReadBigTransaction, ReadNoResume, ReadResumeFailed}
+
 // Reason says why a session of a Follower ended in an error: the value of
 // [FollowerStats.LastErrorReason], the key of
 // [FollowerStats.FailuresByReason], and the "reason" of the Follower's log
@@ -30,18 +69,21 @@ type Reason string
 // The reasons a session fails.
 const (
 	ReasonConnect         Reason = "connect"          // connecting failed or took longer than the heartbeat deadline
-	ReasonListen          Reason = "listen"           // LISTEN failed
+	ReasonListen          Reason = "listen"           // LISTEN, or starting the replication stream, failed
 	ReasonNotInstalled    Reason = "not_installed"    // no trigger of Install on the table: ErrNotInstalled
 	ReasonResync          Reason = "resync"           // reading the table failed
 	ReasonNoNotifications Reason = "no_notifications" // the connection answers but delivers no notifications: ErrNoNotifications
 	ReasonConnectionLost  Reason = "connection_lost"  // a connection broke, or stopped answering
 	ReasonHeartbeatLost   Reason = "heartbeat_lost"   // nothing came back within the deadline while a heartbeat was out
-	ReasonNotification    Reason = "notification"     // a notification could not be decoded or applied
+	ReasonNotification    Reason = "notification"     // a change could not be decoded or applied
+	ReasonSetup           Reason = "setup"            // logical decoding is not available, or the table not published: ErrLogicalUnavailable, ErrNotPublished
+	ReasonSlot            Reason = "slot"             // the replication slot could not be made, read or used (say, another process streams from it)
 )
 
 // Reasons lists every [Reason], for metrics that export one series each.
 var Reasons = []Reason{ReasonConnect, ReasonListen, ReasonNotInstalled, ReasonResync,
-	ReasonNoNotifications, ReasonConnectionLost, ReasonHeartbeatLost, ReasonNotification}
+	ReasonNoNotifications, ReasonConnectionLost, ReasonHeartbeatLost, ReasonNotification,
+	ReasonSetup, ReasonSlot}
 
 // sessionError is why a session ended.
 type sessionError struct {

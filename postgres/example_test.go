@@ -28,12 +28,13 @@ func ExampleFollower() {
 	}
 	defer pool.Close()
 
-	// Once per database: the trigger that publishes key changes.
+	// The publication of the key column, from every replica alike (the
+	// server needs wal_level = logical, the user REPLICATION).
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := postgres.Install(ctx, conn.Conn(), "users", "id"); err != nil {
+	if err := postgres.Publish(ctx, conn.Conn(), "users", "id"); err != nil {
 		log.Fatal(err)
 	}
 	conn.Release()
@@ -54,7 +55,9 @@ func ExampleFollower() {
 	}
 	defer loader.Close()
 	parse := func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }
-	f, err := postgres.NewFollower(loader, dsn, "users", "id", parse, postgres.WithOrigin(replica))
+	f, err := postgres.NewFollower(loader, dsn, "users", "id", parse,
+		postgres.WithOrigin(replica), // the same across restarts, unique among the replicas running
+		postgres.WithSnapshotFile("/var/lib/users-api/users.guard"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -70,7 +73,7 @@ func ExampleFollower() {
 	// This replica's writes go through the Loader and carry its origin.
 	err = loader.Insert(ctx, 42, func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if err := postgres.TagOrigin(ctx, tx, replica); err != nil {
+			if err := f.Tag(ctx, tx); err != nil {
 				return err
 			}
 			_, err := tx.Exec(ctx, `INSERT INTO users (id, name) VALUES (42, 'Ada')`)

@@ -43,7 +43,7 @@ func startReplica(t *testing.T, dsn, id string) *replica {
 
 // startReplicaVia is startReplica with the follower connecting to
 // followDSN (through a proxy, say) and the given follower options.
-func startReplicaVia(t *testing.T, dsn, followDSN, id string, opts ...FollowerOption) *replica {
+func startReplicaVia(t *testing.T, dsn, followDSN, id string, opts ...Option) *replica {
 	t.Helper()
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, dsn)
@@ -65,7 +65,7 @@ func startReplicaVia(t *testing.T, dsn, followDSN, id string, opts ...FollowerOp
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts = append([]FollowerOption{WithOrigin(id), WithBackoff(20 * time.Millisecond)}, opts...)
+	opts = append([]Option{WithOrigin(id), WithBackoff(20 * time.Millisecond)}, opts...)
 	f, err := NewFollower(l, followDSN, "users", "id", parseID, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +110,7 @@ func (r *replica) waitFollowing(t *testing.T) {
 func (r *replica) insert(ctx context.Context, id int64) error {
 	return r.loader.Insert(ctx, id, func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-			if err := TagOrigin(ctx, tx, r.id); err != nil {
+			if err := r.follower.Tag(ctx, tx); err != nil {
 				return err
 			}
 			_, err := tx.Exec(ctx, `INSERT INTO users (id, name) VALUES ($1, $2)`, id, r.id)
@@ -123,7 +123,7 @@ func (r *replica) delete(ctx context.Context, id int64) error {
 	return r.loader.Delete(ctx, id, func(ctx context.Context) (bool, error) {
 		var n int64
 		err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-			if err := TagOrigin(ctx, tx, r.id); err != nil {
+			if err := r.follower.Tag(ctx, tx); err != nil {
 				return err
 			}
 			tag, err := tx.Exec(ctx, `DELETE FROM users WHERE id = $1`, id)
@@ -147,6 +147,9 @@ func setupUsers(t *testing.T, seed int) string {
 		t.Fatal(err)
 	}
 	if err := Install(ctx, db, "users", "id"); err != nil {
+		t.Fatal(err)
+	}
+	if err := Publish(ctx, db, "users", "id"); err != nil {
 		t.Fatal(err)
 	}
 	var schema string
@@ -202,10 +205,43 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 // random replicas while asserting that no replica says ErrNotFound for a
 // row committed longer ago than the bound, then kills a follower's backend
 // and stops another's listener mid-run, and checks that all converge.
+// followModes are the two ways a Follower follows: logical decoding
+// resumes after a lost connection, NOTIFY reads the table again.
+var followModes = []struct {
+	name    string
+	opts    []Option
+	resumes bool
+}{
+	{"logical", nil, true},
+	{"notify", []Option{WithNotify()}, false},
+}
+
+// checkResumed fails the test unless the Follower of replica r, which lost
+// its connection, resumed where it stopped (logical decoding: no second
+// full read) or read the table again (NOTIFY).
+func checkResumed(t *testing.T, r *replica, resumes bool) {
+	t.Helper()
+	st := r.follower.Stats()
+	switch {
+	case st.Failures == 0:
+		t.Fatalf("%s did not notice the lost connection: %+v", r.id, st)
+	case resumes && (st.Resyncs != 1 || len(st.FullReads) != 1):
+		t.Fatalf("%s read the table again after a lost connection instead of resuming: %+v", r.id, st)
+	case !resumes && st.Resyncs < 2:
+		t.Fatalf("%s did not read the table again after a lost connection: %+v", r.id, st)
+	}
+}
+
 func TestReplicasFollowEachOther(t *testing.T) {
+	for _, m := range followModes {
+		t.Run(m.name, func(t *testing.T) { testReplicasFollowEachOther(t, m.opts, m.resumes) })
+	}
+}
+
+func testReplicasFollowEachOther(t *testing.T, opts []Option, resumes bool) {
 	ctx := context.Background()
 	dsn := setupUsers(t, 1000)
-	reps := []*replica{startReplica(t, dsn, "A"), startReplica(t, dsn, "B"), startReplica(t, dsn, "C")}
+	reps := []*replica{startReplicaVia(t, dsn, dsn, "A", opts...), startReplicaVia(t, dsn, dsn, "B", opts...), startReplicaVia(t, dsn, dsn, "C", opts...)}
 
 	// Staleness: commit on A, poll B's guard.
 	var stale []time.Duration
@@ -315,9 +351,7 @@ func TestReplicasFollowEachOther(t *testing.T) {
 	}
 	workload(2_000_000, 100)
 	t.Logf("converged after pg_terminate_backend in %v; B: %+v", converge(t, reps, live), reps[1].follower.Stats())
-	if st := reps[1].follower.Stats(); st.Failures == 0 || st.Resyncs < 2 {
-		t.Fatalf("B did not notice the dropped connection: %+v", st)
-	}
+	checkResumed(t, reps[1], resumes)
 
 	// Fault 2: stop C's listener (notifications for C are lost), write,
 	// restart it: it must resync.
@@ -390,7 +424,7 @@ func TestResyncTime(t *testing.T) {
 	if _, err := db.Exec(ctx, `INSERT INTO users SELECT g, 'seed' FROM generate_series(1, 1000000) g`); err != nil {
 		t.Fatal(err)
 	}
-	if err := Install(ctx, db, "users", "id"); err != nil {
+	if err := Publish(ctx, db, "users", "id"); err != nil {
 		t.Fatal(err)
 	}
 	var schema string
@@ -473,12 +507,18 @@ func viaProxy(t *testing.T, dsn string) (*tcpproxy.Proxy, string) {
 // A from then on, and once the proxy forwards again A must resync and
 // follow.
 func TestFollowerBlackhole(t *testing.T) {
+	for _, m := range followModes {
+		t.Run(m.name, func(t *testing.T) { testFollowerBlackhole(t, m.opts, m.resumes) })
+	}
+}
+
+func testFollowerBlackhole(t *testing.T, opts []Option, resumes bool) {
 	ctx := context.Background()
 	dsn := setupUsers(t, 100)
 	p, viaDSN := viaProxy(t, dsn)
 	const heartbeat = 100 * time.Millisecond
-	a := startReplicaVia(t, dsn, viaDSN, "A", WithHeartbeat(heartbeat))
-	b := startReplica(t, dsn, "B")
+	a := startReplicaVia(t, dsn, viaDSN, "A", append([]Option{WithHeartbeat(heartbeat)}, opts...)...)
+	b := startReplicaVia(t, dsn, dsn, "B", opts...)
 	deadline := 3 * heartbeat
 	p.Stall()
 	stalled := time.Now()
@@ -540,9 +580,10 @@ func TestFollowerBlackhole(t *testing.T) {
 		}
 		return live
 	})
-	if st := a.follower.Stats(); st.HeartbeatsLost == 0 || st.Resyncs < 2 {
-		t.Fatalf("A did not lose its heartbeat and resync: %+v", st)
+	if st := a.follower.Stats(); st.HeartbeatsLost == 0 {
+		t.Fatalf("A did not lose its heartbeat: %+v", st)
 	}
+	checkResumed(t, a, resumes)
 }
 
 // TestFollowerCannotListen points a follower at a connection that accepts
@@ -563,7 +604,7 @@ func TestFollowerCannotListen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	f, err := NewFollower(l, viaDSN, "users", "id", parseID, WithHeartbeat(100*time.Millisecond))
+	f, err := NewFollower(l, viaDSN, "users", "id", parseID, WithNotify(), WithHeartbeat(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -605,7 +646,7 @@ func TestFollowerNotInstalled(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f, err := NewFollower(l, dsn, table, "id", parseID, WithHeartbeat(100*time.Millisecond))
+		f, err := NewFollower(l, dsn, table, "id", parseID, WithNotify(), WithHeartbeat(100*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}

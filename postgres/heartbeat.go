@@ -1,6 +1,152 @@
 package postgres
 
-import "time"
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// A session is one connection's worth of following, whichever the source
+// (logical decoding or NOTIFY). Both send themselves the same markers and
+// heartbeats through the database and expect them back in the change
+// stream, in commit order behind every change committed before them:
+//
+//	"S <token>"        the marker, sent once the stream starts; when it is
+//	                   back, every change committed before the stream began
+//	                   has been applied, and the Loader is ready
+//	"H <token>-<seq>"  a heartbeat, every WithHeartbeat
+//
+// The token tells this session's from other sessions' and followers'.
+type session struct {
+	hb        heartbeats
+	next      time.Time       // the next heartbeat is due
+	beats     chan string     // payloads for the sender goroutine
+	loopCtx   context.Context // ends when a heartbeat cannot be sent, or ctx ends
+	endLoop   context.CancelCauseFunc
+	senders   sync.WaitGroup
+	following *time.Time // set when the marker comes back
+}
+
+// newToken returns a session token: unique among sessions and processes.
+func newToken() string {
+	return fmt.Sprintf("%x.%x", rand.Uint64(), time.Now().UnixNano())
+}
+
+// startSession sends the marker through send and starts the goroutine that
+// sends the heartbeats: a send on a silent connection blocks until the
+// deadline, and the session's loop must keep watching the lag meanwhile.
+// A failed send ends the session through loopCtx. Call s.stop when the
+// session ends, before send's connection closes.
+func (f *Follower[K]) startSession(ctx context.Context, token string, following *time.Time, send func(ctx context.Context, payload string) error) (*session, error) {
+	s := &session{hb: heartbeats{session: token}, beats: make(chan string, 1), following: following}
+	if err := send(ctx, "S "+token); err != nil {
+		return nil, failed(ReasonConnectionLost, err)
+	}
+	s.hb.markerSent = time.Now()
+	s.hb.last = s.hb.markerSent
+	s.next = s.hb.markerSent.Add(f.heartbeat)
+	s.loopCtx, s.endLoop = context.WithCancelCause(ctx)
+	s.senders.Go(func() {
+		for {
+			select {
+			case <-s.loopCtx.Done():
+				return
+			case p := <-s.beats:
+				if err := send(s.loopCtx, p); err != nil {
+					if s.loopCtx.Err() == nil {
+						f.beatsLost.Add(1) // the database did not take it within the deadline
+					}
+					s.endLoop(failed(ReasonHeartbeatLost, err))
+					return
+				}
+			}
+		}
+	})
+	return s, nil
+}
+
+// stop ends the session's heartbeats and waits for their sender.
+func (s *session) stop() {
+	s.endLoop(nil)
+	s.senders.Wait()
+}
+
+// wakeCtx returns the context the session's next wait for the stream runs
+// under: it ends when the session must look at its heartbeats.
+func (f *Follower[K]) wakeCtx(s *session) (context.Context, context.CancelFunc) {
+	return context.WithDeadline(s.loopCtx, f.wake(&s.hb, s.next))
+}
+
+// control handles a payload of a marker or a heartbeat that arrived at
+// now. It reports false for any other payload.
+func (f *Follower[K]) control(s *session, payload string, now time.Time) bool {
+	op, rest, _ := strings.Cut(payload, " ")
+	switch op {
+	case "S":
+		if rest == s.hb.session && State(f.state.Load()) == Resyncing {
+			// The marker went through the database and back behind every
+			// change committed before it: a heartbeat's round trip.
+			s.hb.rtt = now.Sub(s.hb.markerSent)
+			f.confirm(&s.hb)
+			f.feed.MarkReady()
+			f.state.Store(int32(Following))
+			*s.following = now
+		}
+		return true // or another session's marker
+	case "H":
+		token, seqText, _ := strings.Cut(rest, "-")
+		if token != s.hb.session {
+			return true // another session's
+		}
+		if seq, err := strconv.ParseInt(seqText, 10, 64); err == nil && s.hb.back(seq, now) {
+			f.lastBeat.Store(now.UnixNano())
+			if State(f.state.Load()) != Resyncing {
+				f.confirm(&s.hb)
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// tick runs after every wait of the session, at now: it ends the session
+// if the marker has not come back (noMarker says why) or the stream has
+// gone silent, moves between Following and Behind, and sends the next
+// heartbeat when it is due.
+func (f *Follower[K]) tick(s *session, now time.Time, noMarker func(waited time.Duration) error) error {
+	if State(f.state.Load()) == Resyncing {
+		// Until the marker is back, a silent stream is a question for the
+		// marker check alone: does it deliver nothing, or is it dead?
+		if now.Sub(s.hb.markerSent) > f.deadline {
+			return noMarker(now.Sub(s.hb.markerSent))
+		}
+	} else if len(s.hb.out) > 0 && now.Sub(s.hb.last) > f.deadline {
+		// Nothing at all for a deadline while a heartbeat is out: the
+		// connection is dead, whether or not it says so.
+		f.beatsLost.Add(1)
+		return failed(ReasonHeartbeatLost, fmt.Errorf("postgres: follower: nothing arrived for %v with a heartbeat out: the connection is dead",
+			now.Sub(s.hb.last).Round(time.Millisecond)))
+	}
+	f.checkLag(now)
+	if !now.Before(s.next) {
+		select {
+		case s.beats <- fmt.Sprintf("H %s-%d", s.hb.session, s.hb.seq+1):
+			s.hb.seq++
+			s.hb.out = append(s.hb.out, beat{seq: s.hb.seq, sent: now})
+			f.beats.Add(1)
+			if State(f.state.Load()) != Resyncing {
+				f.unconfirmed.CompareAndSwap(0, now.UnixNano())
+			}
+		default: // the last one is still being sent: it is out, and ages
+		}
+		s.next = now.Add(f.heartbeat)
+	}
+	return nil
+}
 
 // wake returns when the session must look at its heartbeats next: the
 // next heartbeat is due, or the moment the oldest one out makes the lag
@@ -32,11 +178,11 @@ func earliest(a, b time.Time) time.Time {
 
 // heartbeats is what a session knows of its heartbeats.
 type heartbeats struct {
-	session    string        // this session's token: heartbeats are "H <session>-<seq>"
+	session    string        // this session's token
 	seq        int64         // of the last heartbeat sent
 	out        []beat        // sent and not back yet, oldest first
 	rtt        time.Duration // of the last one back
-	last       time.Time     // when the last notification of any kind arrived
+	last       time.Time     // when anything last arrived on the stream
 	markerSent time.Time
 }
 
@@ -50,7 +196,7 @@ func (hb *heartbeats) back(seq int64, now time.Time) bool {
 	for i, b := range hb.out {
 		if b.seq == seq {
 			hb.rtt = now.Sub(b.sent)
-			hb.out = hb.out[i+1:] // notifications arrive in order: older ones are lost or late
+			hb.out = hb.out[i+1:] // the stream is in commit order: older ones are lost or late
 			return true
 		}
 	}

@@ -32,9 +32,12 @@ func name(prefix, s string) string {
 	return prefix + hex.EncodeToString(h[:12])
 }
 
-// Install creates or replaces, in one transaction, the function and the
-// trigger that publish the changes of table's keyColumn on
-// Channel(table), and the sequence that numbers the notifications. table
+// Install prepares table for a [WithNotify] Follower (for logical
+// decoding, the default, see [Publish]). It creates or replaces, in one
+// transaction, the function and the trigger that publish the changes of
+// table's keyColumn on Channel(table), and the sequence that numbers the
+// notifications. The trigger costs the table's writers: a transaction
+// with a pending notification takes an instance-wide lock at commit. table
 // may be schema-qualified ("app.users"). Channels belong to a database,
 // not to a schema: give tables of one name in several schemas of one
 // database qualified, here and to [NewFollower] alike.
@@ -155,7 +158,8 @@ func quoteLiteral(s string) string {
 }
 
 // TagOrigin marks the writes of transaction tx as made by origin (a
-// replica's id), for the rest of tx: the notifications they cause carry
+// replica's id), for a [WithNotify] Follower ([Follower.Tag] does this for
+// either kind), for the rest of tx: the notifications they cause carry
 // it, and the follower of that replica skips the inserts among them,
 // because its own guarded.Loader added their keys before writing. Tag only
 // transactions that run inside guarded.Loader.Insert or

@@ -25,7 +25,13 @@ func pgConn(t *testing.T) (*pgx.Conn, func() *pgx.Conn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	schema := fmt.Sprintf("cg_%s_%d", strings.ToLower(t.Name()), time.Now().UnixNano()%1e9)
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '_'
+	}, strings.ToLower(t.Name()))
+	schema := fmt.Sprintf("cg_%s_%d", name, time.Now().UnixNano()%1e9)
 	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
 		t.Fatal(err)
 	}
@@ -47,8 +53,18 @@ func pgConn(t *testing.T) (*pgx.Conn, func() *pgx.Conn) {
 		for _, c := range conns {
 			c.Close(ctx)
 		}
-		admin.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
 		admin.Close(ctx)
+		// A fresh connection: a test may have restarted the server.
+		admin, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Errorf("cleanup: %v", err)
+			return
+		}
+		defer admin.Close(ctx)
+		// Slots and publications belong to the database, not the schema:
+		// the followers' permanent slots would hold WAL on the server.
+		dropFollowerState(ctx, t, admin, schema)
+		admin.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
 	})
 	return open(), open
 }
@@ -243,5 +259,31 @@ func TestSnapshotDeduplicatesWarmUp(t *testing.T) {
 	}
 	if !seen["1"] || seen["2"] || seen["3"] {
 		t.Fatalf("the read saw %v, want only 1", seen)
+	}
+}
+
+// dropFollowerState drops the replication slots and publications of the
+// tables of schema that followers made (once the followers are stopped).
+func dropFollowerState(ctx context.Context, t *testing.T, admin *pgx.Conn, schema string) {
+	t.Helper()
+	rows, err := admin.Query(ctx, `SELECT tablename::text FROM pg_tables WHERE schemaname = $1`, schema)
+	if err != nil {
+		t.Logf("cleanup: %v", err)
+		return
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Logf("cleanup: %v", err)
+		return
+	}
+	for _, rel := range tables {
+		if err := Unpublish(ctx, admin, schema+"."+rel); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+		var left int
+		admin.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE starts_with(slot_name::text, $1)`, slotPrefix(schema, rel)).Scan(&left)
+		if left > 0 {
+			t.Errorf("cleanup: %d replication slots of %s.%s left on the server", left, schema, rel)
+		}
 	}
 }

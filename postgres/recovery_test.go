@@ -128,6 +128,9 @@ func TestFollowerLagGrowsWhileSilent(t *testing.T) {
 	p, via := viaProxy(t, dsn)
 	r := startReplicaVia(t, dsn, via, "A", WithHeartbeat(heartbeat), WithBackoff(20*time.Millisecond))
 	time.Sleep(3 * heartbeat) // a few heartbeats back
+	if st := r.follower.Stats(); st.LastHeartbeat.IsZero() || time.Since(st.LastHeartbeat) > 2*heartbeat {
+		t.Fatalf("no heartbeat back in the last two intervals while following: %+v", st)
+	}
 	p.Stall()
 	stalled := time.Now()
 	var last time.Duration
@@ -203,7 +206,7 @@ func TestFollowerThroughTransactionPooler(t *testing.T) {
 			t.Fatal(err)
 		}
 		var logs syncBuffer
-		f, err := NewFollower(l, bouncer, table, "id", parseID, WithHeartbeat(100*time.Millisecond),
+		f, err := NewFollower(l, bouncer, table, "id", parseID, WithNotify(), WithHeartbeat(100*time.Millisecond),
 			WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 		if err != nil {
 			t.Fatal(err)

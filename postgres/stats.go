@@ -1,20 +1,24 @@
 package postgres
 
-import "time"
+import (
+	"time"
+
+	"github.com/jackc/pglogrepl"
+)
 
 // FollowerStats describes a Follower.
 type FollowerStats struct {
 	State          State
-	Applied        int64         // notifications applied
-	Skipped        int64         // notifications of own inserts, or seen by the last read
-	Resyncs        int64         // completed reads of the whole table
+	Applied        int64         // changes applied
+	Skipped        int64         // this process's own inserts (and, with WithNotify, changes the last read saw)
+	Resyncs        int64         // completed reads of the whole table: see FullReads for why
 	Failures       int64         // sessions that ended in an error
-	BackendPID     uint32        // of the LISTEN connection, 0 when not connected
+	BackendPID     uint32        // of the stream's (or LISTEN) connection, 0 when not connected
 	Lag            time.Duration // the last heartbeat's round trip, or how long nothing has confirmed the guard if longer (see below)
 	Heartbeats     int64         // heartbeats sent
 	HeartbeatsLost int64         // sessions given up because nothing came back within the deadline
 	LastHeartbeat  time.Time     // when the last heartbeat came back
-	LastApplied    time.Time     // when the last notification was applied
+	LastApplied    time.Time     // when the last change was applied
 	RetryDelay     time.Duration // the wait before the last reconnect (see WithBackoff)
 
 	// LastError is the error of the last session that failed, and
@@ -23,6 +27,21 @@ type FollowerStats struct {
 	LastError        error
 	LastErrorReason  Reason
 	FailuresByReason map[Reason]int64
+
+	// FullReads counts the completed reads of the whole table by why they
+	// were needed (its values add up to Resyncs). Through logical decoding
+	// a lost connection resumes where it stopped, and a restart starts
+	// from the snapshot file, so every read but the first says what went
+	// wrong.
+	FullReads map[ReadReason]int64
+
+	// Logical decoding only.
+	AppliedLSN    pglogrepl.LSN // the position in the stream the guard reflects
+	ConfirmedLSN  pglogrepl.LSN // the position last confirmed to the server, which keeps the WAL after it
+	SlotRetained  int64         // bytes of WAL the slot holds on the server, as last read (every 30 s)
+	Snapshots     int64         // snapshot files written (WithSnapshotFile)
+	LastSnapshot  time.Time     // when the last one was written
+	SnapshotStart int64         // sessions that started from the snapshot file instead of a full read
 }
 
 // Stats returns the Follower's statistics. Its values are read one by one
@@ -39,6 +58,10 @@ func (f *Follower[K]) Stats() FollowerStats {
 	for r, n := range f.byReason {
 		byReason[r] = n
 	}
+	reads := make(map[ReadReason]int64, len(f.reads))
+	for r, n := range f.reads {
+		reads[r] = n
+	}
 	f.mu.Unlock()
 	st := FollowerStats{
 		State:            State(f.state.Load()),
@@ -53,6 +76,12 @@ func (f *Follower[K]) Stats() FollowerStats {
 		RetryDelay:       time.Duration(f.retryDelay.Load()),
 		LastError:        lastErr,
 		FailuresByReason: byReason,
+		FullReads:        reads,
+		AppliedLSN:       pglogrepl.LSN(f.appliedLSN.Load()),
+		ConfirmedLSN:     pglogrepl.LSN(f.flushedLSN.Load()),
+		SlotRetained:     f.retained.Load(),
+		Snapshots:        f.snapshots.Load(),
+		SnapshotStart:    f.restores.Load(),
 	}
 	if lastErr != nil {
 		st.LastErrorReason = reasonOf(lastErr)
@@ -62,6 +91,9 @@ func (f *Follower[K]) Stats() FollowerStats {
 	}
 	if ns := f.lastApplied.Load(); ns != 0 {
 		st.LastApplied = time.Unix(0, ns)
+	}
+	if ns := f.lastSnap.Load(); ns != 0 {
+		st.LastSnapshot = time.Unix(0, ns)
 	}
 	return st
 }

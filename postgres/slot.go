@@ -1,0 +1,227 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// slotPrefix is how the names of the slots of the followers of table rel
+// of schema begin: "cg_" and a hash of the table. Slots belong to a
+// database, so the schema is part of it.
+func slotPrefix(schema, rel string) string {
+	return fmt.Sprintf("cg_%08x_", fnv32(schema+"."+rel))
+}
+
+// slotName returns the name of the permanent replication slot of the
+// follower of table rel of schema with the given origin ([WithOrigin]):
+// slotPrefix, and the origin in lower case with every other character than
+// a letter, a digit or "_" made "_", shortened with a hash of the origin
+// to PostgreSQL's 63 bytes.
+func slotName(schema, rel, origin string) string {
+	clean := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '_':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r + ('a' - 'A')
+		}
+		return '_'
+	}, origin)
+	name := slotPrefix(schema, rel) + clean
+	if len(name) > 63 {
+		name = fmt.Sprintf("%s_%08x", name[:63-9], fnv32(origin))
+	}
+	return name
+}
+
+func fnv32(s string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(s))
+	return h.Sum32()
+}
+
+// SlotInfo describes a replication slot of a Follower, from [Slots].
+type SlotInfo struct {
+	Name          string
+	Origin        string    // from cuckooguard_slots; "" if the slot is not recorded there
+	Active        bool      // a follower streams from it now
+	WALStatus     string    // pg_replication_slots.wal_status: reserved, extended, unreserved, or lost
+	RetainedBytes int64     // WAL the server keeps for the slot: from its restart_lsn to the current position
+	LastSeen      time.Time // when a follower last used it; zero if not recorded
+}
+
+// Slots lists the replication slots of the followers of table: each
+// process with an origin has one. A slot that is not active holds WAL on
+// the server for a follower that may come back: see [DropStaleSlots].
+func Slots(ctx context.Context, conn *pgx.Conn, table string) ([]SlotInfo, error) {
+	if ctx == nil || conn == nil {
+		return nil, errors.New("postgres: Slots needs a context and a connection")
+	}
+	schema, rel, err := splitTable(ctx, conn, table)
+	if err != nil {
+		return nil, err
+	}
+	prefix := slotPrefix(schema, rel)
+	q := fmt.Sprintf(`SELECT s.slot_name::text, coalesce(r.origin, ''), s.active, coalesce(s.wal_status, ''),
+		coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn), 0)::bigint, r.last_seen
+		FROM pg_replication_slots s LEFT JOIN %s r ON r.slot_name = s.slot_name
+		WHERE s.database = current_database() AND starts_with(s.slot_name::text, $1)
+		ORDER BY 1`, pgx.Identifier{schema, registry}.Sanitize())
+	rows, err := conn.Query(ctx, q, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list slots: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (SlotInfo, error) {
+		var s SlotInfo
+		var seen *time.Time
+		err := row.Scan(&s.Name, &s.Origin, &s.Active, &s.WALStatus, &s.RetainedBytes, &seen)
+		if seen != nil {
+			s.LastSeen = *seen
+		}
+		return s, err
+	})
+}
+
+// DropStaleSlots drops the replication slots of the followers of table
+// that no follower streams from and that none has used for longer than
+// olderThan (cuckooguard_slots.last_seen; a follower notes it when it
+// connects and every 30 s while it streams), and returns their names. A
+// permanent slot of a process that never comes back holds WAL on the
+// server until it is dropped, or until max_slot_wal_keep_size makes the
+// server give it up. A follower whose slot was dropped reads the whole
+// table when it comes back.
+func DropStaleSlots(ctx context.Context, conn *pgx.Conn, table string, olderThan time.Duration) ([]string, error) {
+	if olderThan <= 0 {
+		return nil, fmt.Errorf("postgres: DropStaleSlots: olderThan %v must be positive", olderThan)
+	}
+	slots, err := Slots(ctx, conn, table)
+	if err != nil {
+		return nil, err
+	}
+	schema, _, err := splitTable(ctx, conn, table)
+	if err != nil {
+		return nil, err
+	}
+	var dropped []string
+	for _, s := range slots {
+		if s.Active || s.LastSeen.IsZero() || time.Since(s.LastSeen) < olderThan {
+			continue
+		}
+		// Not if it became active meanwhile: pg_drop_replication_slot
+		// refuses an active slot.
+		if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, s.Name); err != nil {
+			return dropped, fmt.Errorf("postgres: drop slot %s: %w", s.Name, err)
+		}
+		dropped = append(dropped, s.Name)
+		q := fmt.Sprintf(`DELETE FROM %s WHERE slot_name = $1`, pgx.Identifier{schema, registry}.Sanitize())
+		if _, err := conn.Exec(ctx, q, s.Name); err != nil {
+			return dropped, fmt.Errorf("postgres: forget slot %s: %w", s.Name, err)
+		}
+	}
+	return dropped, nil
+}
+
+// slotState is what a follower needs to know of its slot.
+type slotState struct {
+	exists, active bool
+	confirmed      pglogrepl.LSN // confirmed_flush_lsn
+	walStatus      string
+	retained       int64
+}
+
+// readSlot returns the state of slot name.
+func readSlot(ctx context.Context, conn *pgx.Conn, name string) (slotState, error) {
+	var st slotState
+	var confirmed *string
+	err := conn.QueryRow(ctx, `SELECT active, confirmed_flush_lsn::text, coalesce(wal_status, ''),
+		coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint
+		FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, name).
+		Scan(&st.active, &confirmed, &st.walStatus, &st.retained)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return st, nil
+	}
+	if err != nil {
+		return st, fmt.Errorf("postgres: read slot %s: %w", name, err)
+	}
+	st.exists = true
+	if confirmed != nil {
+		if st.confirmed, err = pglogrepl.ParseLSN(*confirmed); err != nil {
+			return st, fmt.Errorf("postgres: slot %s: %w", name, err)
+		}
+	}
+	return st, nil
+}
+
+// dropSlot drops slot name if it exists and no one streams from it.
+func dropSlot(ctx context.Context, conn *pgx.Conn, name string) error {
+	_, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+		WHERE slot_name = $1 AND database = current_database()`, name)
+	if err != nil {
+		return fmt.Errorf("postgres: drop slot %s: %w", name, err)
+	}
+	return nil
+}
+
+// noteSlot records in cuckooguard_slots that a follower uses slot name now.
+func noteSlot(ctx context.Context, conn *pgx.Conn, schema, name, table, origin string) error {
+	q := fmt.Sprintf(`INSERT INTO %s (slot_name, table_name, origin, last_seen) VALUES ($1, $2, $3, now())
+		ON CONFLICT (slot_name) DO UPDATE SET last_seen = now()`, pgx.Identifier{schema, registry}.Sanitize())
+	if _, err := conn.Exec(ctx, q, name, table, origin); err != nil {
+		return fmt.Errorf("postgres: note slot %s in %s: %w", name, registry, err)
+	}
+	return nil
+}
+
+// Unpublish undoes [Publish] for table: it drops the replication slots of
+// the table's followers, ending the connections that still stream from
+// them, the publication, and their rows in cuckooguard_slots. Stop the
+// followers first: one that runs on reads the table again and fails,
+// since the publication is gone.
+func Unpublish(ctx context.Context, conn *pgx.Conn, table string) error {
+	if ctx == nil || conn == nil {
+		return errors.New("postgres: Unpublish needs a context and a connection")
+	}
+	schema, rel, err := splitTable(ctx, conn, table)
+	if err != nil {
+		return err
+	}
+	prefix := slotPrefix(schema, rel)
+	// A walsender may hold its slot for a moment after its follower went
+	// away: end it, and wait until the slot is free.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var active int
+		if err := conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(active_pid)) FROM pg_replication_slots
+			WHERE active AND starts_with(slot_name::text, $1)`, prefix).Scan(&active); err != nil {
+			return fmt.Errorf("postgres: unpublish: %w", err)
+		}
+		if active == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("postgres: unpublish: %d slots of %s.%s stay in use", active, schema, rel)
+		}
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+		WHERE starts_with(slot_name::text, $1)`, prefix); err != nil {
+		return fmt.Errorf("postgres: unpublish: drop slots: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{publicationName(schema, rel)}.Sanitize()); err != nil {
+		return fmt.Errorf("postgres: unpublish: %w", err)
+	}
+	q := fmt.Sprintf(`DELETE FROM %s WHERE starts_with(slot_name, $1)`, pgx.Identifier{schema, registry}.Sanitize())
+	if _, err := conn.Exec(ctx, q, prefix); err != nil {
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "42P01" { // no cuckooguard_slots: nothing to forget
+			return fmt.Errorf("postgres: unpublish: %w", err)
+		}
+	}
+	return nil
+}
