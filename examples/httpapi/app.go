@@ -50,8 +50,10 @@ type app struct {
 type config struct {
 	DSN       string        // postgres:// URL or SQLite file path
 	Rows      int64         // users 1..Rows to seed
-	Origin    string        // this replica's origin tag (PostgreSQL); unique per process
+	Origin    string        // this replica's origin (PostgreSQL); unique among the processes running
 	Heartbeat time.Duration // the follower's heartbeat (PostgreSQL); 0 for the default
+	Notify    bool          // follow through the trigger and NOTIFY instead of logical decoding
+	Snapshot  string        // the follower's snapshot file (logical decoding); "" for none
 }
 
 // newApp opens cfg.DSN, seeds users 1..cfg.Rows and builds the service.
@@ -82,15 +84,13 @@ func newApp(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err erro
 	replica := db.Driver == "pgx"
 	var table string
 	if replica {
-		// Notification channels belong to the database, not the schema:
-		// name the table with its schema, so that services with a users
-		// table in another schema of this database are not heard.
-		if table, err = installTrigger(ctx, cfg.DSN); err != nil {
+		// The publication (or the trigger, with -notify), safe from every
+		// replica at once. The table is named with its schema, so that
+		// services with a users table in another schema of this database
+		// do not collide.
+		if table, err = prepareTable(ctx, cfg.DSN, cfg.Notify); err != nil {
 			return nil, err
 		}
-		// This replica's inserts are tagged so that its follower skips
-		// them: its Loader adds their ids before writing.
-		db.Origin = cfg.Origin
 	}
 	g, err := guard.New(guard.WithCapacity(int(max(cfg.Rows, 1000))))
 	if err != nil {
@@ -111,13 +111,22 @@ func newApp(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err erro
 	a := &app{db: db, loader: loader, log: log, filled: make(chan struct{})}
 	if replica {
 		parse := func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }
-		fopts := []postgres.FollowerOption{postgres.WithOrigin(cfg.Origin), postgres.WithLogger(log)}
+		fopts := []postgres.Option{postgres.WithOrigin(cfg.Origin), postgres.WithLogger(log)}
 		if cfg.Heartbeat > 0 {
 			fopts = append(fopts, postgres.WithHeartbeat(cfg.Heartbeat))
+		}
+		if cfg.Notify {
+			fopts = append(fopts, postgres.WithNotify())
+		}
+		if cfg.Snapshot != "" {
+			fopts = append(fopts, postgres.WithSnapshotFile(cfg.Snapshot))
 		}
 		if a.follower, err = postgres.NewFollower(loader, cfg.DSN, table, "id", parse, fopts...); err != nil {
 			return nil, err
 		}
+		// This replica's inserts are tagged so that its follower skips
+		// them: its Loader adds their ids before writing.
+		db.Tag = a.follower.TagQuery
 	}
 	if a.mw, err = middleware.New(loader, middleware.Int64(middleware.PathValue("id"))); err != nil {
 		return nil, err
@@ -161,24 +170,25 @@ func newApp(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err erro
 	return a, nil
 }
 
-// installTrigger installs the trigger that publishes the users table's
-// changes (safe from every replica at once) and returns the table's
+// prepareTable publishes the users table's key column for logical
+// decoding (postgres.Publish) or, with notify, installs the trigger that
+// publishes its changes (postgres.Install), and returns the table's
 // schema-qualified name.
-func installTrigger(ctx context.Context, dsn string) (string, error) {
+func prepareTable(ctx context.Context, dsn string, notify bool) (string, error) {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
-		return "", fmt.Errorf("install trigger: %w", err)
+		return "", fmt.Errorf("prepare the users table: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	var schema string
 	if err := conn.QueryRow(ctx, `SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = 'users'::regclass`).Scan(&schema); err != nil {
-		return "", fmt.Errorf("install trigger: find the users table: %w", err)
+		return "", fmt.Errorf("prepare the users table: find it: %w", err)
 	}
 	table := schema + ".users"
-	if err := postgres.Install(ctx, conn, table, "id"); err != nil {
-		return "", err
+	if notify {
+		return table, postgres.Install(ctx, conn, table, "id")
 	}
-	return table, nil
+	return table, postgres.Publish(ctx, conn, table, "id")
 }
 
 // maxBody is the largest request body the service reads.

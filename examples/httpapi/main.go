@@ -15,12 +15,17 @@
 // GET /readyz (200 when the guard answers on its own, else 503) and
 // GET /debug/vars (expvar, with a "cuckooguard" object).
 //
-// With a PostgreSQL DSN every instance is a replica: it installs the
-// trigger that publishes the users table's changes (safe from every
-// instance at once), follows them with a postgres.Follower, and tags its
-// own inserts with its origin, so that a row created through one instance
-// is found through all of them. Run as many as you like against one
-// database.
+// With a PostgreSQL DSN every instance is a replica: it publishes the
+// users table's key column for logical decoding (postgres.Publish, safe
+// from every instance at once; the server needs wal_level = logical and
+// the user the REPLICATION attribute), follows the table's changes with a
+// postgres.Follower, and tags its own inserts, so that a row created
+// through one instance is found through all of them. Run as many as you
+// like against one database. With -snapshot FILE and a stable -origin a
+// restarted instance starts from its saved guard instead of reading the
+// table; with -notify it follows through a trigger and LISTEN/NOTIFY
+// instead, for servers without logical decoding, at a cost to the
+// table's writers.
 //
 // SIGINT or SIGTERM shut it down gracefully: /readyz turns 503 at once,
 // the listener stays open for -drain (so that a load balancer sees the
@@ -47,33 +52,40 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
 	dsn := flag.String("dsn", "", "postgres:// URL, or a SQLite file path (default: a fresh file in a temp dir, removed on exit)")
 	rows := flag.Int64("rows", 100_000, "users to seed, ids 1..rows")
-	origin := flag.String("origin", "", "name of this replica in its origin tag and in pg_stat_activity (default: the host name); a random suffix keeps it unique")
-	heartbeat := flag.Duration("heartbeat", 0, "how often the follower checks its LISTEN connection through the database (default 1s; pass-through after 3 missed)")
+	origin := flag.String("origin", "", "name of this replica among the replicas, in its replication slot and in pg_stat_activity (default: the host name, with a random suffix unless -snapshot is set)")
+	heartbeat := flag.Duration("heartbeat", 0, "how often the follower checks its stream through the database (default 1s; pass-through after 3 missed)")
+	notify := flag.Bool("notify", false, "follow the table through a trigger and LISTEN/NOTIFY instead of logical decoding (servers without wal_level=logical; slows the table's writers)")
+	snapshot := flag.String("snapshot", "", "file where the follower saves its guard, to restart without reading the table (needs a stable -origin)")
 	drain := flag.Duration("drain", 0, "on SIGTERM, how long to keep serving with /readyz at 503 before closing the listener")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	o, err := uniqueOrigin(*origin)
+	o, err := replicaOrigin(*origin, *snapshot != "")
 	if err != nil {
 		log.Error("httpapi", "error", err)
 		os.Exit(1)
 	}
-	cfg := config{DSN: *dsn, Rows: *rows, Origin: o, Heartbeat: *heartbeat}
+	cfg := config{DSN: *dsn, Rows: *rows, Origin: o, Heartbeat: *heartbeat, Notify: *notify, Snapshot: *snapshot}
 	if err := run(*addr, cfg, *drain, log); err != nil {
 		log.Error("httpapi", "error", err)
 		os.Exit(1)
 	}
 }
 
-// uniqueOrigin returns name (or the host name) and a random suffix. Two
-// processes with one origin would each skip the other's inserts, and miss
-// those rows: the suffix makes that impossible by accident.
-func uniqueOrigin(name string) (string, error) {
+// replicaOrigin returns name (or the host name), and a random suffix
+// unless stable: a process that restarts from its snapshot file needs the
+// origin of its replication slot, the same across restarts (a host or pod
+// name). Two running processes with one origin cannot share the slot: the
+// second follower says so and retries.
+func replicaOrigin(name string, stable bool) (string, error) {
 	if name == "" {
 		h, err := os.Hostname()
 		if err != nil {
 			h = "httpapi"
 		}
 		name = h
+	}
+	if stable {
+		return name, nil
 	}
 	var b [6]byte
 	if _, err := rand.Read(b[:]); err != nil {

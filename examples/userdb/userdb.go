@@ -41,12 +41,12 @@ type DB struct {
 	Lookups      atomic.Int64 // SELECT ... WHERE id = $1 queries run
 	BatchLookups atomic.Int64 // LookupMany calls
 
-	// Origin, if set, tags the rows Insert creates on PostgreSQL with this
-	// process's origin (postgres.TagOrigin), so that its follower skips
-	// their notifications: its Loader added their keys already. Set it
-	// only when every Insert runs inside guarded.Loader.Insert, and to a
-	// value no other process uses.
-	Origin string
+	// Tag, if set, gives the statement and its argument that tag the
+	// transaction of every Insert on PostgreSQL as this process's own
+	// (postgres.Follower.TagQuery), so that its follower skips their
+	// inserts: its Loader added their keys already. Set it only when every
+	// Insert runs inside guarded.Loader.Insert.
+	Tag func() (query, arg string)
 }
 
 // DefaultSQLitePath is where Open keeps the SQLite database when dsn is "".
@@ -234,7 +234,7 @@ func (d *DB) Insert(ctx context.Context, u User) error {
 	const insert = `INSERT INTO users (id, name) VALUES ($1, $2) ON CONFLICT DO NOTHING`
 	var res sql.Result
 	var err error
-	if d.Origin != "" && d.Driver == "pgx" {
+	if d.Tag != nil && d.Driver == "pgx" {
 		res, err = d.insertTagged(ctx, insert, u)
 	} else {
 		res, err = d.ExecContext(ctx, insert, u.ID, u.Name)
@@ -255,15 +255,16 @@ func (d *DB) Insert(ctx context.Context, u User) error {
 	return nil
 }
 
-// insertTagged runs insert in a transaction tagged with d.Origin, as
-// postgres.TagOrigin does for pgx.
+// insertTagged runs insert in a transaction tagged by d.Tag, first, as
+// postgres.Follower.Tag does for pgx.
 func (d *DB) insertTagged(ctx context.Context, insert string, u User) (sql.Result, error) {
 	tx, err := d.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `SELECT set_config('cuckooguard.origin', $1, true)`, d.Origin); err != nil {
+	q, arg := d.Tag()
+	if _, err := tx.ExecContext(ctx, q, arg); err != nil {
 		return nil, err
 	}
 	res, err := tx.ExecContext(ctx, insert, u.ID, u.Name)

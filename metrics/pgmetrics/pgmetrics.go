@@ -9,6 +9,10 @@
 //	cuckooguard_follower_lag_seconds                       gauge    heartbeat round trip, or the time nothing has confirmed the guard
 //	cuckooguard_follower_notifications_total{result}       counter  "applied", or "skipped" (own inserts, seen by the read)
 //	cuckooguard_follower_resyncs_total                     counter  reads of the whole table
+//	cuckooguard_follower_full_reads_total{reason}          counter  reads of the whole table, by postgres.ReadReason
+//	cuckooguard_follower_slot_retained_bytes               gauge    WAL the follower's replication slot holds on the server
+//	cuckooguard_follower_snapshots_total                   counter  snapshot files written
+//	cuckooguard_follower_snapshot_starts_total             counter  sessions started from the snapshot file instead of a full read
 //	cuckooguard_follower_session_failures_total{reason}    counter  sessions that ended in an error, by postgres.Reason
 //	cuckooguard_follower_retry_delay_seconds               gauge    the wait before the last reconnect
 //	cuckooguard_follower_heartbeats_total                  counter  heartbeats sent
@@ -83,6 +87,20 @@ func NewFollowerCollector(f FollowerStatser, opts ...metrics.Option) prometheus.
 		Add(collect.Metric{Subsystem: sub, Name: "last_applied_timestamp_seconds", Type: prometheus.GaugeValue,
 			Help: "Unix time at which the last notification was applied; 0 if none has been."},
 			func(s *S) float64 { return timestamp(s.LastApplied) })
+	reads := collect.Metric{Subsystem: sub, Name: "full_reads_total", Type: prometheus.CounterValue, Labels: []string{"reason"},
+		Help: `Reads of the whole table, by why they were needed: "start", "snapshot_missing", "snapshot_bad", "snapshot_stale", "slot_missing", "slot_lost", "requested", "truncated", "big_transaction", "no_resume", "resume_failed". Every reason but "start" (and "requested", the Loader's) says something went wrong.`}
+	for _, r := range postgres.ReadReasons {
+		c.Add(reads, func(s *S) float64 { return float64(s.FullReads[r]) }, string(r))
+	}
+	c.Add(collect.Metric{Subsystem: sub, Name: "slot_retained_bytes", Type: prometheus.GaugeValue,
+		Help: "WAL the follower's replication slot holds on the server, from its restart position to the server's current one (read every 30 s; logical decoding)."},
+		func(s *S) float64 { return float64(s.SlotRetained) }).
+		Add(collect.Metric{Subsystem: sub, Name: "snapshots_total", Type: prometheus.CounterValue,
+			Help: "Snapshot files the follower wrote: its guard with the position it reflects."},
+			func(s *S) float64 { return float64(s.Snapshots) }).
+		Add(collect.Metric{Subsystem: sub, Name: "snapshot_starts_total", Type: prometheus.CounterValue,
+			Help: "Sessions that started from the snapshot file instead of reading the table."},
+			func(s *S) float64 { return float64(s.SnapshotStart) })
 	failures := collect.Metric{Subsystem: sub, Name: "session_failures_total", Type: prometheus.CounterValue, Labels: []string{"reason"},
 		Help: `Follower sessions that ended in an error, by reason: "connect", "listen", "not_installed", "resync", "no_notifications" (the connection cannot LISTEN, as through a transaction-pooling PgBouncer), "connection_lost", "heartbeat_lost", "notification".`}
 	for _, r := range postgres.Reasons {

@@ -30,7 +30,9 @@ func TestFollowerCollector(t *testing.T) {
 		Lag: 1500 * time.Millisecond, Heartbeats: 60, HeartbeatsLost: 1, RetryDelay: 250 * time.Millisecond,
 		FailuresByReason: map[postgres.Reason]int64{postgres.ReasonConnectionLost: 2, postgres.ReasonHeartbeatLost: 1},
 		LastErrorReason:  postgres.ReasonHeartbeatLost,
-		LastHeartbeat:    beat, // LastApplied zero: never
+		FullReads:        map[postgres.ReadReason]int64{postgres.ReadStart: 1, postgres.ReadSlotLost: 2},
+		SlotRetained:     1 << 20, Snapshots: 4, SnapshotStart: 1,
+		LastHeartbeat: beat, // LastApplied zero: never
 	}}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(pgmetrics.NewFollowerCollector(f, metrics.WithConstLabels(prometheus.Labels{"table": "users"})))
@@ -51,6 +53,12 @@ func TestFollowerCollector(t *testing.T) {
 		`cuckooguard_follower_last_heartbeat_timestamp_seconds{table="users"}`:     gauge(1_700_000_000.25),
 		`cuckooguard_follower_last_applied_timestamp_seconds{table="users"}`:       gauge(0),
 	}
+	for _, r := range postgres.ReadReasons {
+		want[`cuckooguard_follower_full_reads_total{reason="`+string(r)+`",table="users"}`] = counter(float64(f.st.FullReads[r]))
+	}
+	want[`cuckooguard_follower_slot_retained_bytes{table="users"}`] = gauge(1 << 20)
+	want[`cuckooguard_follower_snapshots_total{table="users"}`] = counter(4)
+	want[`cuckooguard_follower_snapshot_starts_total{table="users"}`] = counter(1)
 	for _, r := range postgres.Reasons {
 		want[`cuckooguard_follower_session_failures_total{reason="`+string(r)+`",table="users"}`] = counter(float64(f.st.FailuresByReason[r]))
 	}

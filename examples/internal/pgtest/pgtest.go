@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/cuckooguard/cuckooguard/examples/userdb"
+	"github.com/cuckooguard/cuckooguard/postgres"
+	"github.com/jackc/pgx/v5"
 )
 
 // DSN returns CUCKOOGUARD_PG_DSN, or skips the test if it is not set.
@@ -40,6 +42,9 @@ func Schema(t testing.TB, dsn string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		// The followers' replication slots and the publication belong to
+		// the database, not the schema: a slot left behind holds WAL.
+		unpublish(t, dsn, schema+".users")
 		admin.ExecContext(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
 		admin.Close()
 	})
@@ -51,4 +56,23 @@ func Schema(t testing.TB, dsn string) string {
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
 	return u.String()
+}
+
+// unpublish undoes postgres.Publish for table, if it exists.
+func unpublish(t testing.TB, dsn, table string) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Errorf("cleanup: %v", err)
+		return
+	}
+	defer c.Close(ctx)
+	var exists bool
+	if err := c.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists); err != nil || !exists {
+		return
+	}
+	if err := postgres.Unpublish(ctx, c, table); err != nil {
+		t.Errorf("cleanup: %v", err)
+	}
 }
