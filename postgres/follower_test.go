@@ -45,6 +45,13 @@ func startReplica(t *testing.T, dsn, id string) *replica {
 // followDSN (through a proxy, say) and the given follower options.
 func startReplicaVia(t *testing.T, dsn, followDSN, id string, opts ...Option) *replica {
 	t.Helper()
+	return startReplicaOn(t, dsn, followDSN, "users", id, opts...)
+}
+
+// startReplicaOn is startReplicaVia for a table other than users (with the
+// same columns).
+func startReplicaOn(t *testing.T, dsn, followDSN, table, id string, opts ...Option) *replica {
+	t.Helper()
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, dsn)
 	if err != nil {
@@ -56,7 +63,7 @@ func startReplicaVia(t *testing.T, dsn, followDSN, id string, opts ...Option) *r
 	}
 	lookup := func(ctx context.Context, id int64) (string, error) {
 		var name string
-		err := pool.QueryRow(ctx, `SELECT name FROM users WHERE id = $1`, id).Scan(&name)
+		err := pool.QueryRow(ctx, `SELECT name FROM `+table+` WHERE id = $1`, id).Scan(&name)
 		return name, err
 	}
 	l, err := guarded.New(g, guarded.GetterFunc[int64, string](lookup),
@@ -66,7 +73,7 @@ func startReplicaVia(t *testing.T, dsn, followDSN, id string, opts ...Option) *r
 		t.Fatal(err)
 	}
 	opts = append([]Option{WithOrigin(id), WithBackoff(20 * time.Millisecond)}, opts...)
-	f, err := NewFollower(l, followDSN, "users", "id", parseID, opts...)
+	f, err := NewFollower(l, followDSN, table, "id", parseID, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

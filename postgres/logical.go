@@ -43,6 +43,12 @@ const (
 // silent for wal_sender_timeout (60 s by default).
 const statusEvery = 5 * time.Second
 
+// nap is how long a session waits, while the stream is busy, before it
+// reads the stream again: the changes that arrive meanwhile come in one
+// read, not one read and one wake-up each, which cost more CPU than
+// applying them. It is at most the delay it adds to a change.
+const nap = time.Millisecond
+
 // noteEvery is how often a session records in cuckooguard_slots that it
 // uses its slot, and reads how much WAL the slot holds.
 const noteEvery = 30 * time.Second
@@ -129,27 +135,49 @@ func (f *Follower[K]) followLogical(ctx context.Context, following *time.Time) e
 	noMarker := func(waited time.Duration) error {
 		return failed(ReasonHeartbeatLost, fmt.Errorf("postgres: follower: the marker sent %v ago has not come back in the stream", waited.Round(time.Millisecond)))
 	}
+	// The stream is waited for with the socket's read deadline, not a
+	// context per message: a context with a deadline, and pgconn's watch
+	// of it, cost more CPU than applying the change. The session's end
+	// interrupts a wait by moving the deadline to now.
+	conn := rc.Conn()
+	stopWatch := context.AfterFunc(s.loopCtx, func() { conn.SetReadDeadline(time.Now()) })
+	defer stopWatch()
+	busy := false // the last wait for the stream was shorter than a nap
+	past := time.Unix(1, 0)
 	for {
-		wctx, cancel := f.wakeCtx(s)
-		msg, err := rc.ReceiveMessage(wctx)
-		cancel()
+		if busy {
+			time.Sleep(nap)
+		}
+		conn.SetReadDeadline(f.wake(&s.hb, s.next))
+		waited := time.Now()
+		msg, err := rc.ReceiveMessage(context.Background())
 		now := time.Now()
-		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case s.loopCtx.Err() != nil:
-			return context.Cause(s.loopCtx)
-		case err != nil && !pgconn.Timeout(err) && !errors.Is(err, context.DeadlineExceeded):
-			return failed(ReasonConnectionLost, fmt.Errorf("postgres: follower receive: %w", err))
-		case err == nil:
-			s.hb.last = now
-			reply, err := st.handle(msg, now)
+		busy = err == nil && now.Sub(waited) < nap
+		for {
+			switch {
+			case ctx.Err() != nil:
+				return ctx.Err()
+			case s.loopCtx.Err() != nil:
+				return context.Cause(s.loopCtx)
+			case err != nil && !pgconn.Timeout(err) && !errors.Is(err, context.DeadlineExceeded):
+				return failed(ReasonConnectionLost, fmt.Errorf("postgres: follower receive: %w", err))
+			}
 			if err != nil {
-				return err
+				break
+			}
+			s.hb.last = now
+			reply, herr := st.handle(msg, now)
+			if herr != nil {
+				return herr
 			}
 			if reply {
 				nextStatus = now
 			}
+			// What the last read brought beyond this message: a read
+			// whose deadline has passed returns at once, without asking
+			// the socket, unless a message is buffered.
+			conn.SetReadDeadline(past)
+			msg, err = rc.ReceiveMessage(context.Background())
 		}
 		if !st.inTx {
 			if err := f.maybeSave(ctx); err != nil {
