@@ -403,25 +403,28 @@ func TestLogicalResume(t *testing.T) {
 	var p *tcpproxy.Proxy
 	r := startFaultRun(t, faultRows(), 200*time.Millisecond, &p)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
-	var back []time.Duration
+	var resets, stalls []string
 	for i := range faults {
 		time.Sleep(300 * time.Millisecond) // following, with writes
-		fault := time.Now()
 		if i%2 == 0 {
+			reset := time.Now()
 			p.CloseConns()
-		} else {
-			p.Stall()
-			time.Sleep(time.Duration(rng.Int64N(int64(longest))))
-			p.Resume()
-			p.CloseConns() // the held bytes are of a session that is over
+			r.waitReady(false, 10*time.Second)
+			resets = append(resets, r.waitReady(true, 60*time.Second).Sub(reset).Round(time.Millisecond).String())
+			continue
 		}
-		r.waitReady(false, 10*time.Second)
-		ready := r.waitReady(true, 60*time.Second)
-		back = append(back, ready.Sub(fault))
+		stall := time.Duration(rng.Int64N(int64(longest)))
+		p.Stall()
+		time.Sleep(stall)
+		p.Resume()
+		p.CloseConns() // the held bytes are of a session that is over
+		back := time.Now()
+		r.waitReady(false, 10*time.Second) // if the stall was too short to notice, at once
+		stalls = append(stalls, fmt.Sprintf("%v after a %v stall", r.waitReady(true, 60*time.Second).Sub(back).Round(time.Millisecond), stall.Round(time.Millisecond)))
 	}
 	r.report(fmt.Sprintf("%d disconnects", faults))
 	st := r.a.follower.Stats()
-	t.Logf("following again after each disconnect: %v", back)
+	t.Logf("following again %v after each reset, and %v once the connection came back", resets, stalls)
 	if st.Resyncs != 1 || len(st.FullReads) != 1 {
 		t.Fatalf("full reads %v after %d disconnects, want only the first", st.FullReads, faults)
 	}
