@@ -4,9 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-
-	"github.com/cuckooguard/cuckooguard/guard"
-	"github.com/cuckooguard/cuckooguard/guarded"
 )
 
 // TestNilArguments: the package's functions name a nil context,
@@ -15,14 +12,7 @@ import (
 func TestNilArguments(t *testing.T) {
 	ctx := context.Background()
 	var nilCtx context.Context
-	g, err := guard.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := guarded.New(g, guarded.GetterFunc[int64, string](func(context.Context, int64) (string, error) { return "", nil }))
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := emptyLoader(t)
 	defer l.Close()
 	const dsn = "postgres://nobody@127.0.0.1:1/none?sslmode=disable"
 	f, err := NewFollower(l, dsn, "users", "id", parseID)

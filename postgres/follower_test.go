@@ -602,14 +602,7 @@ func TestFollowerCannotListen(t *testing.T) {
 	dsn := setupUsers(t, 10)
 	p, viaDSN := viaProxy(t, dsn)
 	p.DropPostgresMessages('A') // NotificationResponse
-	g, err := guard.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := guarded.New(g, guarded.GetterFunc[int64, string](func(context.Context, int64) (string, error) { return "", nil }))
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := emptyLoader(t)
 	defer l.Close()
 	f, err := NewFollower(l, viaDSN, "users", "id", parseID, WithNotify(), WithHeartbeat(100*time.Millisecond))
 	if err != nil {
@@ -645,14 +638,7 @@ func TestFollowerNotInstalled(t *testing.T) {
 	cfg := db.Config()
 	dsn := fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable&search_path=%s", cfg.User, cfg.Host, cfg.Port, cfg.Database, schema)
 	for _, table := range []string{"users", "nosuchtable"} {
-		g, err := guard.New()
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := guarded.New(g, guarded.GetterFunc[int64, string](func(context.Context, int64) (string, error) { return "", nil }))
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := emptyLoader(t)
 		f, err := NewFollower(l, dsn, table, "id", parseID, WithNotify(), WithHeartbeat(100*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
@@ -666,4 +652,20 @@ func TestFollowerNotInstalled(t *testing.T) {
 			t.Fatalf("Run on %s without the trigger = %v, want ErrNotInstalled", table, err)
 		}
 	}
+}
+
+// emptyLoader returns a Loader over a new default guard whose store finds
+// nothing: what a follower test needs when it looks at the follower only.
+// The caller closes it.
+func emptyLoader(t testing.TB) *guarded.Loader[int64, string] {
+	t.Helper()
+	g, err := guard.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := guarded.New(g, guarded.GetterFunc[int64, string](func(context.Context, int64) (string, error) { return "", nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }

@@ -13,8 +13,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/cuckooguard/cuckooguard/guard"
-	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/internal/tcpproxy"
 )
 
@@ -179,14 +177,7 @@ func TestLogicalSetup(t *testing.T) {
 	cfg := db.Config()
 	dsn := fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable&search_path=%s", cfg.User, cfg.Host, cfg.Port, cfg.Database, schema)
 	run := func(dsn string) error {
-		g, err := guard.New()
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := guarded.New(g, guarded.GetterFunc[int64, string](func(context.Context, int64) (string, error) { return "", nil }))
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := emptyLoader(t)
 		defer l.Close()
 		f, err := NewFollower(l, dsn, "users", "id", parseID, WithHeartbeat(100*time.Millisecond))
 		if err != nil {

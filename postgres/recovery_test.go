@@ -14,9 +14,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/cuckooguard/cuckooguard/guard"
-	"github.com/cuckooguard/cuckooguard/guarded"
 )
 
 func TestBackoff(t *testing.T) {
@@ -197,14 +194,7 @@ func TestFollowerThroughTransactionPooler(t *testing.T) {
 	}
 	const starts = 10
 	for i := range starts {
-		g, err := guard.New()
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := guarded.New(g, guarded.GetterFunc[int64, string](func(context.Context, int64) (string, error) { return "", nil }))
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := emptyLoader(t)
 		var logs syncBuffer
 		f, err := NewFollower(l, bouncer, table, "id", parseID, WithNotify(), WithHeartbeat(100*time.Millisecond),
 			WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
