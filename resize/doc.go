@@ -20,8 +20,10 @@
 //
 // # Goroutines
 //
-// [New] starts one dispatcher goroutine; each migration runs in a goroutine
-// of its own. [Resizer.Close] stops them all and waits for them: a
+// [New] starts no goroutine. The first shard queued starts a dispatcher
+// goroutine, which returns once the queue is empty, so that an idle guard
+// holds no goroutine and no stack; each migration runs in a goroutine of
+// its own. [Resizer.Close] stops them all and waits for them: a
 // migration interrupted by Close stays half done, which is a valid state
 // (lookups resolve through the cursor, and the next writer that needs room
 // finishes it).

@@ -30,10 +30,10 @@ type Resizer struct {
 	wg     sync.WaitGroup // dispatcher and migrations
 	once   sync.Once
 
-	mu     sync.Mutex // protects queue and queued
-	queue  []*shard.Shard
-	queued map[*shard.Shard]struct{}
-	wake   chan struct{} // buffered 1: the queue has work
+	mu          sync.Mutex // protects queue, queued and dispatching, and orders wg.Add before Close's Wait
+	queue       []*shard.Shard
+	queued      map[*shard.Shard]struct{}
+	dispatching bool // a dispatcher goroutine runs; it stops when the queue is empty
 
 	inFlight  atomic.Int64
 	completed atomic.Int64
@@ -41,8 +41,9 @@ type Resizer struct {
 	nanos     atomic.Int64
 }
 
-// New returns a Resizer configured by opts and starts its dispatcher
-// goroutine, which runs until [Resizer.Close].
+// New returns a Resizer configured by opts. It starts no goroutine: the
+// first shard queued starts a dispatcher, which returns once the queue is
+// empty, so that an idle guard holds no goroutine (and no stack).
 func New(opts ...Option) (*Resizer, error) {
 	c := config{threshold: DefaultGrowThreshold, workers: DefaultWorkers(), chunk: shard.DefaultChunk}
 	if err := options.Apply("resize: New", &c, opts); err != nil {
@@ -60,11 +61,8 @@ func New(opts ...Option) (*Resizer, error) {
 		ctx:       ctx,
 		cancel:    cancel,
 		queued:    make(map[*shard.Shard]struct{}),
-		wake:      make(chan struct{}, 1),
 	}
 	r.used.Store(c.usedBytes)
-	r.wg.Add(1)
-	go r.dispatch()
 	return r, nil
 }
 
@@ -88,45 +86,42 @@ func (r *Resizer) Maybe(s *shard.Shard) {
 	}
 	r.queued[s] = struct{}{}
 	r.queue = append(r.queue, s)
-	r.mu.Unlock()
-	select {
-	case r.wake <- struct{}{}:
-	default: // the dispatcher already has a wake-up pending
+	if !r.dispatching {
+		r.dispatching = true
+		r.wg.Add(1) // under mu, which Close takes to cancel: never after its Wait began
+		go r.dispatch()
 	}
+	r.mu.Unlock()
 }
 
 // dispatch starts a migration for each queued shard, at most the worker
-// bound at a time, until Close.
+// bound at a time, and returns when the queue is empty or at Close.
 func (r *Resizer) dispatch() {
 	defer r.wg.Done()
 	for {
-		select {
-		case <-r.ctx.Done():
+		s := r.pop()
+		if s == nil {
 			return
-		case <-r.wake:
 		}
-		for {
-			s := r.pop()
-			if s == nil {
-				break
-			}
-			if err := r.sem.Acquire(r.ctx, 1); err != nil {
-				return // closed
-			}
-			r.wg.Add(1)
-			go func() {
-				defer r.wg.Done()
-				defer r.sem.Release(1)
-				r.migrate(s)
-			}()
+		if err := r.sem.Acquire(r.ctx, 1); err != nil {
+			return // closed
 		}
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			defer r.sem.Release(1)
+			r.migrate(s)
+		}()
 	}
 }
 
+// pop takes the first queued shard; if there is none, the dispatcher
+// stops, in the same critical section, so that the next Maybe starts one.
 func (r *Resizer) pop() *shard.Shard {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.queue) == 0 {
+	if len(r.queue) == 0 || r.ctx.Err() != nil {
+		r.dispatching = false
 		return nil
 	}
 	s := r.queue[0]
@@ -234,8 +229,8 @@ func (r *Resizer) reserve(n int64) bool {
 // writable. Close is idempotent, safe to call concurrently, and returns nil.
 func (r *Resizer) Close() error {
 	r.once.Do(func() {
-		r.cancel()
 		r.mu.Lock()
+		r.cancel()
 		clear(r.queued)
 		r.queue = nil
 		r.mu.Unlock()

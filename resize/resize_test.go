@@ -252,3 +252,59 @@ func TestNilArguments(t *testing.T) {
 	}
 	r.Maybe(nil)
 }
+
+// TestIdleResizerHoldsNoGoroutine checks that a Resizer starts its
+// dispatcher only for queued work and that the dispatcher returns once the
+// queue is empty: a process with many small, idle guards holds no
+// goroutine (and no stack) for each.
+func TestIdleResizerHoldsNoGoroutine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		before := runtime.NumGoroutine()
+		r, err := New(WithGrowThreshold(0.8))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		if n := runtime.NumGoroutine(); n != before {
+			t.Fatalf("%d goroutines after New, want %d", n, before)
+		}
+		rng := rand.New(rand.NewPCG(3, 4))
+		for round := range 3 {
+			s := mustNewShard(t, 6)
+			fill(t, s, rng, 0.85)
+			r.Maybe(s)
+			synctest.Wait()
+			if s.Doublings() != 1 {
+				t.Fatalf("round %d: shard doubled %d times, want 1", round, s.Doublings())
+			}
+			if n := runtime.NumGoroutine(); n != before {
+				t.Fatalf("round %d: %d goroutines once the queue is empty, want %d", round, n, before)
+			}
+		}
+	})
+}
+
+// TestMaybeRacesClose queues shards from many goroutines while the
+// Resizer closes: no Maybe may start a dispatcher that Close does not wait
+// for (the race detector and goleak watch), and none panics.
+func TestMaybeRacesClose(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 20 {
+		r, err := New(WithGrowThreshold(0.8))
+		if err != nil {
+			t.Fatal(err)
+		}
+		shards := make([]*shard.Shard, 8)
+		for i := range shards {
+			shards[i] = mustNewShard(t, 4)
+			fill(t, shards[i], rng, 0.85)
+		}
+		var wg sync.WaitGroup
+		for _, s := range shards {
+			wg.Go(func() { r.Maybe(s) })
+		}
+		r.Close()
+		wg.Wait()
+		r.Close()
+	}
+}
