@@ -27,8 +27,9 @@
 //     after 16). [Guard.Stats] reports the estimate from the entries'
 //     actual tails.
 //   - Memory: about 16/α bits per key at load α; a guard filled to the
-//     capacity given to [WithCapacity] (≥ 10,000) uses at most 20 bits per
-//     key. Keys with no tail left are copied when their shard doubles
+//     capacity given to [WithCapacity] (≥ 10,000) uses at most 21 bits per
+//     key on the heap, all it holds counted ([Stats].Bytes matches the heap;
+//     the README's memory section has the figures). Keys with no tail left are copied when their shard doubles
 //     (1.6% more slots after 11 doublings).
 //   - Growth: a shard doubles when its load reaches the grow threshold, as
 //     often as needed, until memory or the cap of [WithMaxBytes] runs out

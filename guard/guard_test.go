@@ -349,7 +349,10 @@ func TestFPRMatchesEstimate(t *testing.T) {
 }
 
 // TestBitsPerKeyAtCapacity fills guards to their declared capacity and
-// checks the memory per key, including every shard's overhead.
+// checks the memory per key, counting all that the guard holds on the heap
+// (TestStatsBytesMatchHeap holds Stats().Bytes to the heap): at most 21
+// bits, and 20 from 12,000 keys on, where the fixed costs (counters,
+// resizer, rounding) weigh less than a bit per key.
 func TestBitsPerKeyAtCapacity(t *testing.T) {
 	caps := []int{10_000, 10_945, 12_345, 33_132, 39_807, 100_000, 777_777}
 	if !testing.Short() {
@@ -365,8 +368,12 @@ func TestBitsPerKeyAtCapacity(t *testing.T) {
 			}
 			st := g.Stats()
 			t.Logf("%d shards, load %.3f, %d doublings, %.2f bits/key", st.Shards, st.LoadFactor, st.Doublings, st.BitsPerItem)
-			if st.BitsPerItem > 20 {
-				t.Errorf("%.2f bits per key at capacity, want <= 20", st.BitsPerItem)
+			limit := 20.0
+			if c < 12_000 {
+				limit = 21
+			}
+			if st.BitsPerItem > limit {
+				t.Errorf("%.2f bits per key at capacity, want <= %v", st.BitsPerItem, limit)
 			}
 		})
 	}
@@ -528,7 +535,7 @@ func TestDuplicateFlood(t *testing.T) {
 // (which would not separate them), and other keys are still accepted.
 func TestCrowdedKeysRefused(t *testing.T) {
 	g := mustNew(t, WithShards(1), WithCapacity(100_000), WithSeed(1))
-	bytes := g.Stats().Bytes
+	slots := g.Stats().Slots
 	r := rand.New(rand.NewPCG(3, 3))
 	const prefix = 0xabcde << 44 // first 20 position bits
 	var added []uint64
@@ -547,8 +554,8 @@ func TestCrowdedKeysRefused(t *testing.T) {
 	}
 	st := g.Stats()
 	t.Logf("%d of 100 crowded keys added; then %v", len(added), crowded)
-	if crowded == nil || !strings.Contains(crowded.Error(), "collide") || st.Doublings != 0 || st.Bytes != bytes {
-		t.Fatalf("crowded keys: error %v, %d doublings, %d bytes (was %d)", crowded, st.Doublings, st.Bytes, bytes)
+	if crowded == nil || !strings.Contains(crowded.Error(), "collide") || st.Doublings != 0 || st.Slots != slots {
+		t.Fatalf("crowded keys: error %v, %d doublings, %d slots (was %d)", crowded, st.Doublings, st.Slots, slots)
 	}
 	for _, h := range added {
 		if !g.ContainsHash(h) {

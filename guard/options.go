@@ -95,8 +95,10 @@ func WithGrowThreshold(load float64) Option {
 	return func(c *config) { c.growThreshold = load }
 }
 
-// WithMaxBytes caps the guard's memory at n bytes, counting every shard
-// and its tables (both tables of a shard while it doubles). A doubling that
+// WithMaxBytes caps the guard's memory at n bytes, as [Stats].Bytes counts
+// it: all the guard holds on the heap, its shards, their tables (both
+// tables of a shard while it doubles) and stashes, its counters and its
+// resizer. A doubling that
 // would pass the cap is refused; the shard keeps filling until it is full,
 // and then [Guard.Add] returns an error that [errors.Is] [ErrFull]. n must
 // be at least the memory of the new guard ([Stats].Bytes); by default there

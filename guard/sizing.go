@@ -113,7 +113,8 @@ func plan(capacity, shards int, threshold float64, minShards int) (layout, error
 	if err != nil || shards > 0 || len(l.logs) >= minShards {
 		return l, err
 	}
-	budget := max(capacityBudget(capacity), l.bytes())
+	// The budget is the guard's: what it holds besides its shards counts.
+	budget := max(capacityBudget(capacity)-fixedBytes(l), l.bytes())
 	c := float64(capacity)
 	best := l
 	// better reports whether u beats best: enough shards first, then the
@@ -280,7 +281,7 @@ func mixed(c float64, k int, threshold float64) (layout, bool) {
 func capacityWithin(c config) int {
 	fits := func(n int) bool {
 		l, err := leanestPlan(n, c.shards, c.growThreshold)
-		return err == nil && guardBytes+l.bytes() <= c.maxBytes
+		return err == nil && fixedBytes(l)+l.bytes() <= c.maxBytes
 	}
 	lo, hi := 0, c.capacity // fits(lo) or lo == 0
 	for lo < hi {

@@ -15,7 +15,7 @@ type Stats struct {
 	VoidCopies        int     // occupied slots whose entries have no tail bits left
 	Shards            int     // number of shards
 	Slots             int     // fingerprint slots over all shards
-	Bytes             int     // memory of the guard, its shards and their tables
+	Bytes             int     // heap memory of the guard: shards, tables, stashes, counters, background resizer
 	MaxBytes          int     // the memory cap (WithMaxBytes); 0 for none
 	GrowThreshold     float64 // the load factor at which a shard doubles (WithGrowThreshold)
 	LoadFactor        float64 // Copies / Slots
@@ -45,7 +45,7 @@ func (g *Guard) Stats() Stats {
 	rs := g.rs.Stats()
 	st := Stats{
 		Shards:            len(g.shards),
-		Bytes:             guardBytes,
+		Bytes:             fixedBytes(g.lay),
 		MaxBytes:          g.cfg.maxBytes,
 		GrowThreshold:     g.cfg.growThreshold,
 		Adds:              uint64(g.adds.Value()),

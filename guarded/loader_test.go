@@ -571,7 +571,7 @@ func TestLoaderRebuildDuringFill(t *testing.T) {
 		for i := range 5000 {
 			s.put(i, "r")
 		}
-		l := newTestLoader(t, s.withKeys(), []guard.Option{guard.WithCapacity(500), guard.WithShards(2), guard.WithMaxBytes(3000)}, WithFillWorkers(2),
+		l := newTestLoader(t, s.withKeys(), []guard.Option{guard.WithCapacity(500), guard.WithShards(2), guard.WithMaxBytes(4500)}, WithFillWorkers(2),
 			WithRebuildGuard(uncapped))
 		if err := l.Fill(ctx, s.keys(ctx)); err != nil {
 			t.Fatalf("round %d: Fill: %v", round, err)

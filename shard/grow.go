@@ -171,7 +171,7 @@ func (s *Shard) Grow() error {
 // TableBytes returns the memory of the shard's current table, which a
 // doubling releases when it finishes.
 func (s *Shard) TableBytes() int {
-	return tableHeaderBytes + 8*len(s.tab.Load().buckets)
+	return tableBytes(len(s.tab.Load().buckets))
 }
 
 // Growing reports whether a doubling is in progress.
@@ -193,5 +193,5 @@ func (s *Shard) NextGrowBytes() int {
 	if t.next.Load() != nil {
 		return 0
 	}
-	return tableHeaderBytes + 16*len(t.buckets)
+	return tableBytes(2 * len(t.buckets))
 }

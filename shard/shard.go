@@ -38,7 +38,6 @@ type writeSide struct {
 	doublings atomic.Int32 // written under mu
 	retries   atomic.Uint64
 	refused   atomic.Uint64 // inserts refused with ErrTooManyCopies
-	nodes     []pathNode    // scratch: the search for an eviction path
 	// fullAt is the item count at which a search for an eviction path
 	// last failed, 0 if none has since the last delete or doubling. An
 	// insert that would need one at that count or above fails at once:

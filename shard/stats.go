@@ -33,7 +33,7 @@ func (s *Shard) Stats() Stats {
 		Buckets:           len(t.buckets),
 		Stashed:           int(t.stashN.Load()),
 		Doublings:         s.Doublings(),
-		Bytes:             shardBytes + tableHeaderBytes + 8*len(t.buckets),
+		Bytes:             shardBytes + tableBytes(len(t.buckets)) + stashBytes(int(t.stashN.Load())),
 		ReadRetries:       s.retries.Load(),
 		DuplicatesRefused: s.refused.Load(),
 	}
@@ -48,7 +48,7 @@ func (s *Shard) Stats() Stats {
 		st.MigratedBuckets = int(t.cursor.Load())
 		st.Buckets = len(nt.buckets)
 		st.Stashed += int(nt.stashN.Load())
-		st.Bytes += tableHeaderBytes + 8*len(nt.buckets)
+		st.Bytes += tableBytes(len(nt.buckets)) + stashBytes(int(nt.stashN.Load()))
 		st.EstimatedFPR = EstimatedFPR(st.Tails, len(t.buckets))
 	} else {
 		st.EstimatedFPR = EstimatedFPR(st.Tails, st.Buckets)
@@ -76,8 +76,8 @@ func EstimatedFPR(tails [MaxTailBits + 1]int, buckets int) float64 {
 	return 2 * collisionProb * sum / float64(buckets)
 }
 
-// BytesFor returns the memory of a shard with 2^log2Buckets buckets: its
-// table plus fixed overhead.
+// BytesFor returns the memory of an empty shard with 2^log2Buckets
+// buckets: its table plus fixed overhead.
 func BytesFor(log2Buckets int) int {
-	return shardBytes + tableHeaderBytes + 8<<log2Buckets
+	return shardBytes + tableBytes(1<<log2Buckets)
 }

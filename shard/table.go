@@ -4,6 +4,8 @@ import (
 	"math/bits"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/cuckooguard/cuckooguard/internal/memsize"
 )
 
 // Layout constants. See the package documentation for how they combine.
@@ -117,8 +119,20 @@ func (t *table) tnew() int {
 	return min(MaxTailBits, VirtualBits-int(t.k))
 }
 
-// tableHeaderBytes is the memory of a table besides its buckets.
-const tableHeaderBytes = int(unsafe.Sizeof(table{}))
+// tableBytes returns the heap memory of a table of n buckets: its header
+// and its bucket array, each rounded up to the allocator's size class.
+func tableBytes(n int) int {
+	return memsize.Of(int(unsafe.Sizeof(table{})), true) + memsize.Of(8*n, false)
+}
+
+// stashBytes returns the heap memory of a stash of n entries: the slice
+// header the stash pointer points to and its array.
+func stashBytes(n int) int {
+	if n == 0 {
+		return 0
+	}
+	return memsize.Of(int(unsafe.Sizeof([]uint64(nil))), true) + memsize.Of(8*n, false)
+}
 
 // load atomically reads bucket b of t, without a bounds check: every
 // bucket index is a position shifted right by 64-k, so it is below

@@ -1,0 +1,98 @@
+package guard
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+)
+
+// heapInUse returns the bytes of live heap objects after a full collection.
+func heapInUse() int64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
+}
+
+// TestStatsBytesMatchHeap holds Stats().Bytes to the heap a guard takes,
+// measured as the growth of the live heap while guards are held: within 5%,
+// for guards sized for 1,000 keys to 1M, empty and at capacity, and at
+// points of a guard's growth. WithMaxBytes caps what Stats().Bytes counts,
+// so this is what makes the cap a cap.
+func TestStatsBytesMatchHeap(t *testing.T) {
+	// What the first guard of a process allocates once (pools, the
+	// runtime's timers) is no guard's memory.
+	warm, err := New(WithCapacity(1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = warm.AddString("warm")
+	warm.Close()
+
+	caps := []int{1000, 10_000, 100_000, 1_000_000}
+	if testing.Short() {
+		caps = caps[:3]
+	}
+	for _, c := range caps {
+		for _, fill := range []bool{false, true} {
+			t.Run(fmt.Sprintf("capacity=%d/filled=%v", c, fill), func(t *testing.T) {
+				n := max(1, 200_000/c) // guards, so that small ones rise above the noise
+				keys := 0
+				if fill {
+					keys = c
+				}
+				gs := make([]*Guard, n)
+				before := heapInUse()
+				for i := range gs {
+					g, err := New(WithCapacity(c), WithSeed(uint64(i)))
+					if err != nil {
+						t.Fatal(err)
+					}
+					for k := range keys {
+						if err := g.AddString(fmt.Sprint(k)); err != nil {
+							t.Fatal(err)
+						}
+					}
+					gs[i] = g
+				}
+				heap := heapInUse() - before
+				stats := 0
+				for _, g := range gs {
+					stats += g.Stats().Bytes
+				}
+				for _, g := range gs {
+					g.Close()
+				}
+				t.Logf("%d guards: heap %d, Stats().Bytes %d: %.3f", n, heap, stats, float64(stats)/float64(heap))
+				checkBytes(t, stats, heap)
+			})
+		}
+	}
+	t.Run("growth", func(t *testing.T) {
+		before := heapInUse()
+		g, err := New(WithCapacity(1000), WithSeed(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		for k := range 300_000 {
+			if err := g.AddString(fmt.Sprint(k)); err != nil {
+				t.Fatal(err)
+			}
+			if (k+1)%50_000 == 0 {
+				heap := heapInUse() - before
+				st := g.Stats()
+				t.Logf("%d keys: heap %d, Stats().Bytes %d", k+1, heap, st.Bytes)
+				checkBytes(t, st.Bytes, heap)
+			}
+		}
+	})
+}
+
+func checkBytes(t *testing.T, stats int, heap int64) {
+	t.Helper()
+	if r := float64(stats) / float64(heap); r < 0.95 || r > 1.05 {
+		t.Errorf("Stats().Bytes %d, heap %d: ratio %.3f, want within 5%%", stats, heap, r)
+	}
+}
