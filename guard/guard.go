@@ -141,8 +141,8 @@ func (g *Guard) shardOf(h uint64) uint64 {
 }
 
 // ShardIndex returns the index, in [0, Shards()), of the shard that the
-// key with hash h belongs to. Wrappers such as guarded.Loader use it to treat one
-// shard that refused a key differently from the rest.
+// key with hash h belongs to, so that a caller can treat the keys of one
+// shard that refused an add differently from the rest.
 func (g *Guard) ShardIndex(h uint64) int {
 	return int(g.shardOf(h))
 }

@@ -165,7 +165,9 @@ func closeGuard(g *guard.Guard) {
 }
 
 // Hash returns the hash under which key is stored in the guard, for
-// callers that consult the guard directly (such as HTTP middleware).
+// callers that consult the guard directly with [guard.Guard.ContainsHash]
+// (package middleware does not: it calls [Loader.MayContain], which also
+// answers true while the Loader warms up or passes keys through).
 func (l *Loader[K, V]) Hash(key K) uint64 {
 	return l.codec.hash(l.cur.Load().g, key)
 }

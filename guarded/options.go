@@ -126,11 +126,6 @@ func freshGuard(old *guard.Guard, capacity int) (*guard.Guard, error) {
 	return old.Fresh(capacity)
 }
 
-// withClock replaces time.Now, for tests.
-func withClock(now func() time.Time) Option {
-	return func(c *config) { c.now = now }
-}
-
 func defaultIsNotFound(err error) bool {
 	return errors.Is(err, sql.ErrNoRows) || errors.Is(err, ErrNotFound)
 }

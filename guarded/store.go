@@ -16,6 +16,11 @@ import (
 // guard from every key of the store. [Funcs] offers all three from
 // functions; a type of your own offers them as methods (check it with
 // var _ guarded.KeyLister[K, V] = (*T)(nil)).
+//
+// A Loader calls Get from many goroutines at once (one per lookup that
+// reaches the store, and up to [WithFillWorkers] during a fill), so Get
+// must be safe for concurrent use, as a *sql.DB or a pgxpool.Pool is. It
+// should return when ctx is done.
 type Getter[K comparable, V any] interface {
 	Get(ctx context.Context, key K) (V, error)
 }

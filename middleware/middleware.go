@@ -18,6 +18,10 @@ import (
 // Filter reports whether a key may exist. A *guarded.Loader implements it
 // (and answers true while it is warming up); [GuardFilter] adapts a bare
 // [guard.Guard].
+//
+// The middleware calls MayContain from every request's goroutine at once:
+// it must be safe for concurrent use, and fast, since it runs before the
+// handler on every request.
 type Filter[K comparable] interface {
 	MayContain(key K) bool
 }

@@ -48,6 +48,11 @@ func (s State) String() string {
 // fresh guard through it (or installs a guard it saved), applies each
 // change after that, and invalidates the Target (every lookup passes
 // through) whenever it cannot know what it misses.
+//
+// A Follower calls AttachFeed at the start of [Follower.Run], from Run's
+// goroutine, and detaches the Feed when Run returns. The Feed, not the
+// Target, must be safe for concurrent use with the Target's lookups, as
+// guarded.Feed is.
 type Target[K comparable] interface {
 	AttachFeed() (*guarded.Feed[K], error)
 }

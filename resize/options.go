@@ -46,13 +46,6 @@ func WithWorkers(n int) Option {
 	return func(c *config) { c.workers = n }
 }
 
-// WithChunk sets how many buckets a worker splits per step, at least 1:
-// the longest a writer of a migrating shard waits. The default is
-// [shard.DefaultChunk] (about a microsecond).
-func WithChunk(buckets int) Option {
-	return func(c *config) { c.chunk = buckets }
-}
-
 // WithMaxBytes caps the memory of the shards' tables at max bytes, of
 // which used are in use when the Resizer starts. A doubling that would
 // pass the cap (counting the old and the new table while it runs) is

@@ -65,7 +65,7 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 		{"threshold 0", WithGrowThreshold(0)},
 		{"threshold 1", WithGrowThreshold(1)},
 		{"workers 0", WithWorkers(0)},
-		{"chunk 0", WithChunk(0)},
+		{"chunk 0", withChunk(0)},
 		{"cap below use", WithMaxBytes(10, 20)},
 		{"negative cap", WithMaxBytes(-1, 0)},
 	}
@@ -83,7 +83,7 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 // is left alone.
 func TestMaybeDoublesInBackground(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r, err := New(WithGrowThreshold(0.8), WithChunk(7))
+		r, err := New(WithGrowThreshold(0.8), withChunk(7))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,7 +112,7 @@ func TestMaybeDoublesInBackground(t *testing.T) {
 // TestWorkersBoundConcurrency queues many shards with one worker and checks
 // that at most one migration runs at a time and all finish.
 func TestWorkersBoundConcurrency(t *testing.T) {
-	r, err := New(WithWorkers(1), WithChunk(1))
+	r, err := New(WithWorkers(1), withChunk(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestGrowNowHelpsAndRespectsCap(t *testing.T) {
 // checks that the shard stays readable and writable, and that inserts
 // finish the doubling.
 func TestCloseMidMigration(t *testing.T) {
-	r, err := New(WithChunk(1))
+	r, err := New(withChunk(1))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,19 +48,6 @@ func matches(w, p uint64) bool {
 	return zeroLanes((w^p)&^below) != 0
 }
 
-// matchLanes is matches lane by lane: bit 16i+15 of the result is set if
-// and only if lane i of w matches probe p.
-func matchLanes(w, p uint64) uint64 {
-	l := w&lowBytes | stoppers
-	below := (l ^ (l - lanesLow)) & lowBytes
-	return exactZeroLanes((w ^ p) &^ below)
-}
-
-// hasSlot reports whether any lane of bucket b equals the slot value s.
-func hasSlot(b, s uint64) bool {
-	return zeroLanes(b^(s*lanesLow)) != 0
-}
-
 // freeLane returns the index of the lowest empty lane of b, or -1 if b is
 // full.
 func freeLane(b uint64) int {
@@ -85,9 +72,4 @@ func laneOf(b uint64, i int) uint64 {
 func withLane(b uint64, i int, s uint64) uint64 {
 	sh := i * laneBits
 	return b&^(laneMask<<sh) | s<<sh
-}
-
-// countSlots returns the number of occupied lanes of b.
-func countSlots(b uint64) int {
-	return slotsPerBucket - bits.OnesCount64(exactZeroLanes(b))
 }

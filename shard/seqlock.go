@@ -95,13 +95,3 @@ const allStripes = 1<<stripes - 1
 func (vs *versions) stable(a, va uint64) bool {
 	return va&1 == 0 && vs[a].Load() == va
 }
-
-// sum returns the sum of all stripes, a number that changes with every
-// move anywhere in the shard (for tests).
-func (vs *versions) sum() uint64 {
-	var n uint64
-	for i := range vs {
-		n += vs[i].Load()
-	}
-	return n
-}

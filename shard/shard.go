@@ -240,9 +240,9 @@ func (s *Shard) Delete(f uint8, v uint64) bool {
 	// the shard doubles, the candidates sit in tables of two sizes, and an
 	// entry's specificity is the position bits it knows, its table's k
 	// plus its tail: a tail of 7 in the new table knows one bit more than
-	// a tail of 7 in the old one. (Comparing tails alone took the old
-	// table's less specific entry of another item, and left this item's
-	// own, which that item does not match: a false negative.)
+	// a tail of 7 in the old one. Tails alone are not enough: they could
+	// pick the old table's less specific entry of another item and leave
+	// this item's own, which that item does not match: a false negative.
 	var (
 		bestTab  *table
 		bestB    uint64
