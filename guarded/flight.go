@@ -28,18 +28,11 @@ import (
 //     is free for the next caller, and the panic goes on in the leader's
 //     goroutine, as golang.org/x/sync/singleflight does.
 //
-// The stripes spread keys over several mutexes by hash.
+// The calls in flight live in a striped map by key hash; a stripe's mutex
+// also protects the waiters and done fields of its calls.
 type flight[K comparable, V any] struct {
-	stripes [flightStripes]flightStripe[K, V]
-	pool    sync.Pool // of *call[V]
-}
-
-const flightStripes = 64
-
-type flightStripe[K comparable, V any] struct {
-	mu sync.Mutex // protects m and the waiters and done fields of its calls
-	m  map[K]*call[V]
-	_  [48]byte // keeps neighbouring stripes on separate cache lines
+	calls striped[K, *call[V]]
+	pool  sync.Pool // of *call[V]
 }
 
 // call is one lookup in flight. val, err and retry are written by the
@@ -125,7 +118,7 @@ func protect(fn func(), abort func(error)) {
 // begin returns the call in flight for key and false, or, if there is
 // none, a new call that the caller leads and must finish, and true.
 func (f *flight[K, V]) begin(h uint64, key K) (*call[V], bool) {
-	st := &f.stripes[h%flightStripes]
+	st := f.calls.of(h)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if c, ok := st.m[key]; ok {
@@ -139,10 +132,7 @@ func (f *flight[K, V]) begin(h uint64, key K) (*call[V], bool) {
 	if c == nil {
 		c = new(call[V])
 	}
-	if st.m == nil {
-		st.m = make(map[K]*call[V])
-	}
-	st.m[key] = c
+	st.put(key, c)
 	return c, true
 }
 
@@ -150,7 +140,7 @@ func (f *flight[K, V]) begin(h uint64, key K) (*call[V], bool) {
 // waiters get it, or start over if retry (the leader's ctx ended the
 // lookup, which says nothing about the key). c must not be used after.
 func (f *flight[K, V]) finish(h uint64, key K, c *call[V], val V, err error, retry bool) {
-	st := &f.stripes[h%flightStripes]
+	st := f.calls.of(h)
 	st.mu.Lock()
 	if st.m[key] == c { // forget may have removed it already
 		delete(st.m, key)
@@ -189,7 +179,7 @@ func (f *flight[K, V]) wait(ctx context.Context, c *call[V]) (val V, err error, 
 // is in flight: a write to key means a lookup that began before it may
 // have missed it.
 func (f *flight[K, V]) forget(h uint64, key K) {
-	st := &f.stripes[h%flightStripes]
+	st := f.calls.of(h)
 	st.mu.Lock()
 	delete(st.m, key)
 	st.mu.Unlock()

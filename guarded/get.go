@@ -97,13 +97,20 @@ func (l *Loader[K, V]) readyView() (bool, *view) {
 
 // load is one call of the store's lookup, bounded by WithLoadTimeout.
 func (l *Loader[K, V]) load(ctx context.Context, key K) (V, error) {
-	if l.cfg.loadTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.cfg.loadTimeout)
-		defer cancel()
-	}
+	ctx, cancel := l.bound(ctx)
+	defer cancel()
 	l.storeCalls.Inc()
 	return l.src.get(ctx, key)
+}
+
+// bound returns ctx with the deadline of WithLoadTimeout, if one is set,
+// for one call of the store. Without one it returns ctx itself: a
+// cancellable context per lookup costs database/sql a watcher goroutine.
+func (l *Loader[K, V]) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if l.cfg.loadTimeout > 0 {
+		return context.WithTimeout(ctx, l.cfg.loadTimeout)
+	}
+	return ctx, func() {}
 }
 
 func (l *Loader[K, V]) epoch(h uint64) *atomic.Uint64 {

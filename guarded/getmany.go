@@ -156,11 +156,8 @@ func (l *Loader[K, V]) GetMany(ctx context.Context, keys []K) (vals []V, errs []
 
 // loadMany is one call of the batch lookup, bounded by WithLoadTimeout.
 func (l *Loader[K, V]) loadMany(ctx context.Context, batch func(context.Context, []K) (map[K]V, error), keys []K) (map[K]V, error) {
-	if l.cfg.loadTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.cfg.loadTimeout)
-		defer cancel()
-	}
+	ctx, cancel := l.bound(ctx)
+	defer cancel()
 	l.storeCalls.Inc()
 	l.batchCalls.Inc()
 	found, err := batch(ctx, keys)

@@ -74,11 +74,13 @@ func WithMaxFPR(rate float64) Option {
 	return func(c *config) { c.maxFPR = rate }
 }
 
-// WithLoadTimeout bounds one store lookup shared by coalesced callers.
-// The shared lookup runs without the first caller's cancellation, so that
-// one caller leaving does not fail the others; with d > 0 it also gets a
-// deadline of d. Callers never wait longer than their own ctx allows
-// either way. The default, 0, adds no deadline and relies on the store's
+// WithLoadTimeout bounds one store lookup shared by coalesced callers
+// with a deadline of d. The shared lookup runs under the context of the
+// caller that started it (the leader), so that a store that honours
+// cancellation stops working for a caller that left; if the leader's
+// context ends first, the waiters do not get its error: one of them starts
+// the lookup again under its own context (TestLoaderCoalescesAndHonoursContext).
+// Callers never wait longer than their own ctx allows either way. The default, 0, adds no deadline and relies on the store's
 // own timeouts: a cancellable context per lookup cost 40% of the
 // throughput of in-process SQLite lookups in the bench load test (database/sql
 // then starts and wakes a watcher goroutine per query).

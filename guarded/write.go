@@ -3,7 +3,6 @@ package guarded
 import (
 	"context"
 	"errors"
-	"sync"
 
 	"github.com/cuckooguard/cuckooguard/guard"
 )
@@ -159,26 +158,17 @@ func (l *Loader[K, V]) add(v *view, h uint64) (bool, error) {
 // context. An uncontended lock allocates nothing: a waiter makes the
 // channel the holder closes.
 type keyLocks[K comparable] struct {
-	stripes [flightStripes]keyLockStripe[K]
-}
-
-type keyLockStripe[K comparable] struct {
-	mu sync.Mutex          // protects m
-	m  map[K]chan struct{} // held keys; the channel, once a waiter made it, closes on unlock
-	_  [48]byte            // keeps neighbouring stripes on separate cache lines
+	held striped[K, chan struct{}] // the channel, once a waiter made it, closes on unlock
 }
 
 // lock waits until key is free or ctx ends, and takes it.
 func (k *keyLocks[K]) lock(ctx context.Context, h uint64, key K) error {
-	st := &k.stripes[h%flightStripes]
+	st := k.held.of(h)
 	for {
 		st.mu.Lock()
 		ch, held := st.m[key]
 		if !held {
-			if st.m == nil {
-				st.m = make(map[K]chan struct{})
-			}
-			st.m[key] = nil
+			st.put(key, nil)
 			st.mu.Unlock()
 			return nil
 		}
@@ -197,7 +187,7 @@ func (k *keyLocks[K]) lock(ctx context.Context, h uint64, key K) error {
 
 // unlock frees key and wakes its waiters; one of them takes it.
 func (k *keyLocks[K]) unlock(h uint64, key K) {
-	st := &k.stripes[h%flightStripes]
+	st := k.held.of(h)
 	st.mu.Lock()
 	ch := st.m[key]
 	delete(st.m, key)
