@@ -2,12 +2,15 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // A session is one connection's worth of following, whichever the source
@@ -77,6 +80,22 @@ func (s *session) stop() {
 
 // wakeCtx returns the context the session's next wait for the stream runs
 // under: it ends when the session must look at its heartbeats.
+// waitEnded returns why the session ends after one wait on the server
+// (op names it) that returned err: ctx ended, the heartbeat loop ended
+// (its cause), or the connection failed. A wait that timed out, to wake
+// the session for its heartbeat, or that received something returns nil.
+func (s *session) waitEnded(ctx context.Context, op string, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case s.loopCtx.Err() != nil:
+		return context.Cause(s.loopCtx)
+	case err != nil && !pgconn.Timeout(err) && !errors.Is(err, context.DeadlineExceeded):
+		return failed(ReasonConnectionLost, fmt.Errorf("postgres: follower %s: %w", op, err))
+	}
+	return nil
+}
+
 func (f *Follower[K]) wakeCtx(s *session) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(s.loopCtx, f.wake(&s.hb, s.next))
 }

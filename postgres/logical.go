@@ -154,13 +154,8 @@ func (f *Follower[K]) followLogical(ctx context.Context, following *time.Time) e
 		now := time.Now()
 		busy = err == nil && now.Sub(waited) < nap
 		for {
-			switch {
-			case ctx.Err() != nil:
-				return ctx.Err()
-			case s.loopCtx.Err() != nil:
-				return context.Cause(s.loopCtx)
-			case err != nil && !pgconn.Timeout(err) && !errors.Is(err, context.DeadlineExceeded):
-				return failed(ReasonConnectionLost, fmt.Errorf("postgres: follower receive: %w", err))
+			if err := s.waitEnded(ctx, "receive", err); err != nil {
+				return err
 			}
 			if err != nil {
 				break

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cuckooguard/cuckooguard/guarded"
 )
@@ -68,14 +67,10 @@ func (f *Follower[K]) followNotify(ctx context.Context, following *time.Time) er
 		n, err := listen.WaitForNotification(wctx)
 		cancel()
 		now := time.Now()
-		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case s.loopCtx.Err() != nil:
-			return context.Cause(s.loopCtx)
-		case err != nil && !pgconn.Timeout(err) && !errors.Is(err, context.DeadlineExceeded):
-			return failed(ReasonConnectionLost, fmt.Errorf("postgres: follower wait: %w", err))
-		case err == nil:
+		if err := s.waitEnded(ctx, "wait", err); err != nil {
+			return err
+		}
+		if err == nil {
 			s.hb.last = now
 			if !f.control(s, n.Payload, now) {
 				if err := f.notification(n.Payload, sn, now); err != nil {
