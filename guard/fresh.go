@@ -23,7 +23,7 @@ func (g *Guard) Fresh(capacity int, opts ...Option) (*Guard, error) {
 		return nil, err
 	}
 	if c.maxBytes != 0 {
-		if err := c.validate(); err != nil {
+		if _, err := c.validate(); err != nil {
 			return nil, err
 		}
 		fit := capacityWithin(c)

@@ -612,23 +612,24 @@ func TestMaxBytes(t *testing.T) {
 // Close.)
 func TestCloseDuringGrowth(t *testing.T) {
 	// The test doubles the shard itself, so that Close finds it half done
-	// whatever the scheduler does: filled to 0.9 under a grow threshold of
-	// 0.95, the shard gets no background doubling. Adding until a
-	// background doubling was seen in progress ran for 10 minutes in CI at
-	// GOMAXPROCS=1 under -race (it passed here): whether the adding
-	// goroutine sees one depends on the scheduler, since an add that needs
-	// room finishes a doubling itself, and every doubling missed doubles
-	// the adds to the next one.
-	g := mustNew(t, WithShards(1), WithCapacity(100_000), WithGrowThreshold(0.95), WithSeed(testSeed(t)))
+	// whatever the scheduler does: it stops the guard's Resizer first, so
+	// that no background doubling runs, fills the shard to its threshold
+	// and runs the first steps of the doubling it then needs. Adding
+	// until a background doubling was seen in progress ran for 10 minutes
+	// in CI at GOMAXPROCS=1 under -race (it passed here): whether the
+	// adding goroutine sees one depends on the scheduler, since an add
+	// that needs room finishes a doubling itself, and every doubling
+	// missed doubles the adds to the next one.
+	g := mustNew(t, WithShards(1), WithCapacity(100_000), WithSeed(testSeed(t)))
+	if err := g.rs.Close(); err != nil {
+		t.Fatal(err)
+	}
 	s := &g.shards[0]
 	n := 0
-	for ; s.LoadFactor() < 0.9; n++ {
+	for ; !s.NeedsGrowth(); n++ {
 		if err := g.AddString(strconv.Itoa(n)); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if _, err := s.BeginGrowFrom(s.Doublings()); err != nil {
-		t.Fatal(err)
 	}
 	for range 8 {
 		if s.GrowStep(shard.DefaultChunk) {

@@ -3,7 +3,6 @@ package guard
 import (
 	"fmt"
 
-	"github.com/cuckooguard/cuckooguard/resize"
 	"github.com/cuckooguard/cuckooguard/shard"
 )
 
@@ -15,7 +14,7 @@ const (
 	// MaxShards is the largest shard count WithShards accepts.
 	MaxShards = 1 << 16
 	// DefaultGrowThreshold is the load factor at which a shard doubles.
-	DefaultGrowThreshold = resize.DefaultGrowThreshold
+	DefaultGrowThreshold = shard.DefaultGrowThreshold
 	// MaxCopies is the number of copies of one key a guard keeps; more
 	// adds of it return ErrTooManyCopies.
 	MaxCopies = shard.MaxCopies
@@ -114,24 +113,24 @@ func WithGrowWorkers(n int) Option {
 	return func(c *config) { c.workers, c.workersSet = n, true }
 }
 
-func (c *config) validate() error {
+// validate checks c and returns the growth policy it describes, which
+// checks the grow threshold and the memory cap.
+func (c *config) validate() (*shard.Growth, error) {
 	if c.capacity < 1 {
-		return fmt.Errorf("guard: capacity %d must be at least 1", c.capacity)
+		return nil, fmt.Errorf("guard: capacity %d must be at least 1", c.capacity)
 	}
 	if c.capacity > MaxCapacity {
-		return fmt.Errorf("guard: capacity %d exceeds the maximum %d", c.capacity, MaxCapacity)
+		return nil, fmt.Errorf("guard: capacity %d exceeds the maximum %d", c.capacity, MaxCapacity)
 	}
 	if c.shardsSet && (c.shards < 1 || c.shards > MaxShards) {
-		return fmt.Errorf("guard: shard count %d out of range [1, %d]", c.shards, MaxShards)
-	}
-	if c.maxBytes < 0 {
-		return fmt.Errorf("guard: memory cap %d bytes must not be negative", c.maxBytes)
+		return nil, fmt.Errorf("guard: shard count %d out of range [1, %d]", c.shards, MaxShards)
 	}
 	if c.workersSet && c.workers < 1 {
-		return fmt.Errorf("guard: grow workers %d must be at least 1", c.workers)
+		return nil, fmt.Errorf("guard: grow workers %d must be at least 1", c.workers)
 	}
-	if !(c.growThreshold >= 0.5 && c.growThreshold <= 0.95) { // also rejects NaN
-		return fmt.Errorf("guard: grow threshold %v out of range [0.5, 0.95]", c.growThreshold)
+	g, err := shard.NewGrowth(c.growThreshold, int64(c.maxBytes))
+	if err != nil {
+		return nil, fmt.Errorf("guard: %w", err)
 	}
-	return nil
+	return g, nil
 }

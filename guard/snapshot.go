@@ -127,7 +127,8 @@ func Restore(r io.Reader, opts ...Option) (*Guard, error) {
 	if err := options.Apply("guard: Restore", &c, opts); err != nil {
 		return nil, err
 	}
-	if err := c.validate(); err != nil {
+	growth, err := c.validate()
+	if err != nil {
 		return nil, err
 	}
 	hr := &hashingReader{r: r, h: xxh3.New()}
@@ -204,7 +205,7 @@ func Restore(r io.Reader, opts ...Option) (*Guard, error) {
 	// The snapshot does not record the capacity the guard was made with:
 	// a rebuild sizes its replacement from the keys it holds.
 	c.capacity = max(g.Len(), 1)
-	if err := g.start(c); err != nil {
+	if err := g.start(c, growth); err != nil {
 		return nil, err
 	}
 	return g, nil

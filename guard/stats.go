@@ -32,9 +32,9 @@ type Stats struct {
 
 	MigrationsInFlight  int           // background doublings running now
 	MigrationsQueued    int           // shards waiting for a background worker
-	MigrationsCompleted int64         // doublings finished, background and in Add
+	MigrationsCompleted int64         // doublings the background workers ran (Doublings counts those of Add too)
 	MigrationsRefused   int64         // doublings refused by the memory cap
-	TimeMigrating       time.Duration // total time spent doubling
+	TimeMigrating       time.Duration // total time the background workers spent doubling
 
 	PerShard []shard.Stats // per shard: items, copies, tail lengths, doublings, …
 }
@@ -56,7 +56,7 @@ func (g *Guard) Stats() Stats {
 		MigrationsInFlight:  rs.InFlight,
 		MigrationsQueued:    rs.Queued,
 		MigrationsCompleted: rs.Completed,
-		MigrationsRefused:   rs.Refused,
+		MigrationsRefused:   g.growth.Refused(),
 		TimeMigrating:       rs.TimeGrowing,
 		PerShard:            make([]shard.Stats, len(g.shards)),
 	}

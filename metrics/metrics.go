@@ -241,6 +241,6 @@ func addGuard[S any](c *collect.Collector[S], g func(*S) *guard.Stats) {
 		func(s *guard.Stats) float64 { return float64(s.MigrationsQueued) })
 	counter("migrations_refused_total", "Doublings refused by the memory cap.",
 		func(s *guard.Stats) float64 { return float64(s.MigrationsRefused) })
-	counter("migration_seconds_total", "Time spent doubling shards.",
+	counter("migration_seconds_total", "Time background workers spent doubling shards.",
 		func(s *guard.Stats) float64 { return s.TimeMigrating.Seconds() })
 }

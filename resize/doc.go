@@ -1,19 +1,17 @@
-// Package resize decides when the shards of a guard double and runs the
-// doublings in the background, with bounded concurrency and a clean stop.
+// Package resize runs the doublings of a guard's shards in the background,
+// with bounded concurrency and a clean stop.
 //
-// A [Resizer] watches shards that writers hand it through [Resizer.Maybe]:
-// a shard whose load factor has reached the threshold (default 0.9) is
-// queued, and background workers migrate queued shards chunk by chunk (see
-// [shard.Shard.GrowStep]), at most [WithWorkers] at a time. Lookups never
+// Whether and how far a shard grows is its growth policy's to decide
+// ([shard.Growth]: the load threshold, the memory cap, the refusal of a
+// crowd); a [Resizer] only decides which goroutine does the work, and
+// when. Writers hand it a shard through [Resizer.Maybe] after each insert;
+// a shard that needs growth ([shard.Shard.NeedsGrowth]) is queued, and
+// background workers double queued shards chunk by chunk
+// ([shard.Shard.GrowStep]), at most [WithWorkers] at a time. Lookups never
 // wait for a migration; a writer of the shard waits for at most one chunk.
-// A writer that cannot place a key calls [Resizer.GrowNow], which doubles
-// the shard in its own goroutine (or helps finish the doubling in progress)
-// so that the key is not lost.
-//
-// An optional memory cap ([WithMaxBytes]) is checked before every doubling
-// allocates its new table; a doubling that would pass it is refused and the
-// shard keeps its size, so that a full shard then reports
-// [shard.ErrFull].
+// A writer that finds no room does not wait for the workers: its insert
+// doubles the shard in its own goroutine, or helps finish the doubling in
+// progress (see [shard.Shard.Insert]).
 //
 // Package resize knows nothing of keys, hashing, HTTP or stores: it sees
 // shards only.

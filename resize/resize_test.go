@@ -1,7 +1,6 @@
 package resize
 
 import (
-	"errors"
 	"math/rand/v2"
 	"runtime"
 	"strings"
@@ -48,10 +47,19 @@ func checkItems(t *testing.T, s *shard.Shard, items []item) {
 	}
 }
 
+// mustNewShard returns a shard of 2^k buckets under a growth policy of
+// threshold 0.8.
 func mustNewShard(t *testing.T, k int) *shard.Shard {
 	t.Helper()
 	s, err := shard.New(k)
 	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := shard.NewGrowth(0.8, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetGrowth(g); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -62,12 +70,8 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 		name string
 		opt  Option
 	}{
-		{"threshold 0", WithGrowThreshold(0)},
-		{"threshold 1", WithGrowThreshold(1)},
 		{"workers 0", WithWorkers(0)},
 		{"chunk 0", withChunk(0)},
-		{"cap below use", WithMaxBytes(10, 20)},
-		{"negative cap", WithMaxBytes(-1, 0)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -78,12 +82,12 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 	}
 }
 
-// TestMaybeDoublesInBackground queues a shard at the threshold and checks
-// that a background worker doubles it, and that a shard below the threshold
-// is left alone.
+// TestMaybeDoublesInBackground queues a shard at its threshold and checks
+// that a background worker doubles it, and that a shard below the
+// threshold, or without a growth policy, is left alone.
 func TestMaybeDoublesInBackground(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r, err := New(WithGrowThreshold(0.8), withChunk(7))
+		r, err := New(withChunk(7))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,15 +95,21 @@ func TestMaybeDoublesInBackground(t *testing.T) {
 		rng := rand.New(rand.NewPCG(1, 2))
 		full, empty := mustNewShard(t, 8), mustNewShard(t, 8)
 		items := fill(t, full, rng, 0.8)
+		free, err := shard.New(8) // no growth policy
+		if err != nil {
+			t.Fatal(err)
+		}
+		fill(t, free, rng, 0.85)
 		r.Maybe(full)
 		r.Maybe(full) // queued once
 		r.Maybe(empty)
+		r.Maybe(free)
 		synctest.Wait() // every goroutine of the Resizer is idle again
 		if got := full.Doublings(); got != 1 {
 			t.Fatalf("full shard doubled %d times, want 1", got)
 		}
-		if empty.Doublings() != 0 {
-			t.Fatalf("a shard below the threshold was doubled")
+		if empty.Doublings() != 0 || free.Doublings() != 0 {
+			t.Fatalf("a shard below the threshold, or without a policy, was doubled")
 		}
 		checkItems(t, full, items)
 		st := r.Stats()
@@ -140,48 +150,39 @@ func TestWorkersBoundConcurrency(t *testing.T) {
 	}
 }
 
-// TestGrowNowHelpsAndRespectsCap checks the synchronous path: a doubling
-// that fits the cap happens, one that does not is refused with ErrMaxBytes,
-// and a shard less than half full is refused with ErrCrowded.
-func TestGrowNowHelpsAndRespectsCap(t *testing.T) {
-	s := mustNewShard(t, 4)
-	empty, err := New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer empty.Close()
-	if err := empty.GrowNow(s, 0); !errors.Is(err, ErrCrowded) {
-		t.Fatalf("GrowNow on an empty shard = %v, want ErrCrowded", err)
-	}
-	fill(t, s, rand.New(rand.NewPCG(1, 1)), 0.9)
-	used := int64(s.TableBytes())
-	r, err := New(WithMaxBytes(used+int64(s.NextGrowBytes()), used))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if err := r.GrowNow(s, 0); err != nil {
-		t.Fatalf("GrowNow within the cap: %v", err)
-	}
-	if s.Doublings() != 1 {
-		t.Fatalf("Doublings = %d, want 1", s.Doublings())
-	}
-	if err := r.GrowNow(s, 0); err != nil {
-		t.Fatalf("GrowNow with a stale count: %v, want nil (someone else doubled)", err)
-	}
-	// Doubled once, the shard is about 0.45 full: a failed insert there
-	// would be a crowd, not a full table.
-	if err := r.GrowNow(s, 1); !errors.Is(err, ErrCrowded) {
-		t.Fatalf("GrowNow on a shard at load %.2f = %v, want ErrCrowded", s.LoadFactor(), err)
-	}
-	fill(t, s, rand.New(rand.NewPCG(2, 2)), 0.9)
-	if err := r.GrowNow(s, 1); !errors.Is(err, ErrMaxBytes) {
-		t.Fatalf("GrowNow past the cap = %v, want ErrMaxBytes", err)
-	}
-	if st := r.Stats(); st.Refused != 1 || st.UsedBytes > used+int64(s.TableBytes()) {
-		t.Fatalf("Stats = %+v", st)
-	}
-
+// TestMaybeLeavesCappedShard: a shard whose next table would pass its
+// policy's memory cap is not queued, and a worker that finds it so when
+// its turn comes does nothing; the shard keeps its items and its size.
+func TestMaybeLeavesCappedShard(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r, err := New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		s, err := shard.New(6)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := shard.NewGrowth(0.8, int64(s.Stats().Bytes)+100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetGrowth(g); err != nil {
+			t.Fatal(err)
+		}
+		items := fill(t, s, rand.New(rand.NewPCG(9, 9)), 0.85)
+		r.Maybe(s)
+		synctest.Wait()
+		if s.Doublings() != 0 || r.Stats().Queued != 0 || r.Stats().Completed != 0 {
+			t.Fatalf("a shard at its memory cap: %d doublings, %+v", s.Doublings(), r.Stats())
+		}
+		r.migrate(s) // as a worker whose shard lost the room since Maybe
+		if s.Doublings() != 0 || s.Growing() || r.Stats().Completed != 0 {
+			t.Fatalf("migrate doubled a shard at its memory cap: %+v", r.Stats())
+		}
+		checkItems(t, s, items)
+	})
 }
 
 // TestCloseMidMigration closes the Resizer while a slow migration runs and
@@ -236,8 +237,8 @@ func TestCloseIsIdempotentAndConcurrent(t *testing.T) {
 	}
 }
 
-// TestNilArguments: a nil option and a nil shard are errors that say so,
-// and Maybe of a nil shard does nothing.
+// TestNilArguments: a nil option is an error that says so, and Maybe of a
+// nil shard does nothing.
 func TestNilArguments(t *testing.T) {
 	if r, err := New(nil); r != nil || err == nil || !strings.Contains(err.Error(), "option 1 of 1 is nil") {
 		t.Fatalf("New(nil) = %v, %v; want nil and an error naming the option", r, err)
@@ -247,9 +248,6 @@ func TestNilArguments(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if err := r.GrowNow(nil, 0); err == nil || !strings.Contains(err.Error(), "shard") {
-		t.Fatalf("GrowNow(nil) = %v, want an error naming the shard", err)
-	}
 	r.Maybe(nil)
 }
 
@@ -273,7 +271,7 @@ func resizerGoroutines() int {
 // goroutine (and no stack) for each.
 func TestIdleResizerHoldsNoGoroutine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r, err := New(WithGrowThreshold(0.8))
+		r, err := New()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -303,7 +301,7 @@ func TestIdleResizerHoldsNoGoroutine(t *testing.T) {
 func TestMaybeRacesClose(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for range 20 {
-		r, err := New(WithGrowThreshold(0.8))
+		r, err := New()
 		if err != nil {
 			t.Fatal(err)
 		}

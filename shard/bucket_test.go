@@ -192,4 +192,10 @@ func TestShardSize(t *testing.T) {
 	if shardBytes%64 != 0 {
 		t.Fatalf("unsafe.Sizeof(Shard{}) = %d, want a multiple of 64 (cache-line padding)", shardBytes)
 	}
+	// Two lines, one for readers and one for writers: every guard pays
+	// for this once per shard, so a field that spills the write side into
+	// a third line costs 64 bytes a shard.
+	if shardBytes > 2*cacheLine {
+		t.Errorf("unsafe.Sizeof(Shard{}) = %d, want at most two cache lines", shardBytes)
+	}
 }

@@ -37,6 +37,15 @@
 // item found. A shard can double until its table has 2^VirtualBits
 // buckets.
 //
+// A shard doubles when told to ([Shard.Grow]), or by itself under a
+// growth policy ([Growth], attached with [Shard.SetGrowth]), which owns
+// every growth decision for the shards that share it: the load at which a
+// shard should double ([Shard.NeedsGrowth], [Shard.GrowStep], which
+// package resize runs in the background), the memory cap that each
+// doubling reserves its table from, and the refusal to double for a crowd
+// of colliding items. An insert under a policy that finds no room doubles
+// the shard itself before it gives up with [ErrFull].
+//
 // # Guarantees
 //
 //   - No false negatives: an item inserted and not deleted is always reported

@@ -14,7 +14,7 @@ const DefaultChunk = 256
 // slowly (see the package documentation).
 //
 // A doubling is incremental, in the style of the Go runtime's map growth:
-// [Shard.BeginGrowFrom] allocates the new table, [Shard.GrowStep] splits the
+// its first step allocates the new table, each [Shard.GrowStep] splits the
 // next chunk of buckets behind a cursor, and the step that passes the last
 // bucket publishes the new table and drops the old one. Between steps the
 // shard is fully usable: lookups resolve each of their two buckets through
@@ -27,47 +27,31 @@ const DefaultChunk = 256
 // stripe odd, and a lookup that overlaps it retries a miss.
 
 // beginGrow starts a doubling and reports whether it did: false if one is
-// already in progress. It returns [ErrSaturated] if the shard has no tail
-// bits left.
+// already in progress. See beginGrowLocked for its errors.
 func (s *Shard) beginGrow() (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.beginGrowLocked()
 }
 
-// BeginGrowFrom starts a doubling and reports whether it did: only if the
-// shard has finished exactly doublings doublings (so that a caller that
-// sized the doubling from what it read earlier does not begin a second
-// one) and none is in progress. It returns [ErrSaturated] if the shard's
-// table cannot double. [Shard.GrowStep] then runs the doubling, chunk by
-// chunk; package resize does both.
-func (s *Shard) BeginGrowFrom(doublings int) (bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if int(s.doublings.Load()) != doublings {
-		return false, nil
-	}
-	return s.beginGrowLocked()
-}
-
-func (s *Shard) beginGrowLocked() (bool, error) {
-	t := s.tab.Load()
-	if t.next.Load() != nil {
-		return false, nil
-	}
-	if t.k >= maxTableLog2 {
-		return false, ErrSaturated
-	}
-	// Nothing moves yet (the cursor is 0), so readers need no retry.
-	t.next.Store(newTable(t.k + 1))
-	return true, nil
-}
-
-// GrowStep splits up to chunk buckets of a doubling in progress and reports
-// whether no doubling remains in progress (it finished, or none had begun).
+// GrowStep advances the shard's growth by one step: it splits up to chunk
+// buckets of the doubling in progress, and if there is none and
+// [Shard.NeedsGrowth] holds, begins one first. It reports whether no
+// doubling remains in progress (it finished, none was needed, or the
+// memory cap has no room for one). Run it until it
+// returns true to double a shard that needs it; package resize does so in
+// the background. A writer of the shard waits for at most one step.
 func (s *Shard) GrowStep(chunk int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.tab.Load().next.Load() == nil {
+		if !s.NeedsGrowth() {
+			return true
+		}
+		if began, err := s.beginGrowLocked(); !began || err != nil {
+			return true
+		}
+	}
 	return s.growStepLocked(max(chunk, 1))
 }
 
@@ -145,6 +129,9 @@ func (s *Shard) finishLocked(t, nt *table) {
 	s.tab.Store(nt)
 	s.doublings.Add(1)
 	s.fullAt = 0
+	if s.growth != nil {
+		s.growth.used.Add(-int64(tableBytes(len(t.buckets))))
+	}
 }
 
 // finishGrowLocked runs a doubling in progress to the end without releasing
@@ -154,11 +141,12 @@ func (s *Shard) finishGrowLocked() {
 	}
 }
 
-// Grow doubles the shard now: it finishes a doubling in progress, or
-// begins one and runs it to the end, releasing the mutex between chunks so
-// that other writers of the shard wait for at most one chunk. Lookups never
-// wait. It returns [ErrSaturated] once the table has 2^VirtualBits
-// buckets.
+// Grow doubles the shard now, whatever its load: it finishes a doubling in
+// progress, or begins one and runs it to the end, releasing the mutex
+// between chunks so that other writers of the shard wait for at most one
+// chunk. Lookups never wait. It returns [ErrSaturated] once the table has
+// 2^VirtualBits buckets, and an error wrapping [ErrFull] if the shard's
+// growth policy has no memory for the new table.
 func (s *Shard) Grow() error {
 	if _, err := s.beginGrow(); err != nil {
 		return err
@@ -166,12 +154,6 @@ func (s *Shard) Grow() error {
 	for !s.GrowStep(DefaultChunk) {
 	}
 	return nil
-}
-
-// TableBytes returns the memory of the shard's current table, which a
-// doubling releases when it finishes.
-func (s *Shard) TableBytes() int {
-	return tableBytes(len(s.tab.Load().buckets))
 }
 
 // Growing reports whether a doubling is in progress.
@@ -184,14 +166,4 @@ func (s *Shard) Growing() bool {
 func (s *Shard) Saturated() bool {
 	t := s.tab.Load()
 	return t.k >= maxTableLog2 && t.next.Load() == nil
-}
-
-// NextGrowBytes returns the memory the next doubling allocates: a table
-// twice the current one. While a doubling is in progress it returns 0.
-func (s *Shard) NextGrowBytes() int {
-	t := s.tab.Load()
-	if t.next.Load() != nil {
-		return 0
-	}
-	return tableBytes(2 * len(t.buckets))
 }

@@ -36,17 +36,21 @@ type writeSide struct {
 	items     atomic.Int64 // items inserted and not deleted; written under mu
 	copies    atomic.Int64 // occupied slots, stash included; written under mu
 	doublings atomic.Int32 // written under mu
-	retries   atomic.Uint64
-	refused   atomic.Uint64 // inserts refused with ErrTooManyCopies
+	// searches counts the searches for an eviction path, for tests: a
+	// failed search moves nothing and bumps no version. (An int32 beside
+	// doublings keeps writeSide in one cache line.)
+	searches int32
+	retries  atomic.Uint64
+	refused  atomic.Uint64 // inserts refused with ErrTooManyCopies
 	// fullAt is the item count at which a search for an eviction path
 	// last failed, 0 if none has since the last delete or doubling. An
 	// insert that would need one at that count or above fails at once:
 	// writers retrying on a full shard would otherwise search it, up to
 	// maxPathNodes bucket reads each, again and again.
 	fullAt int64
-	// searches counts the searches for an eviction path, for tests: a
-	// failed search moves nothing and bumps no version.
-	searches int
+	// growth is the shard's growth policy, nil for a shard that doubles
+	// only when told to; set once by SetGrowth before the shard is shared.
+	growth *Growth
 }
 
 // New returns an empty shard with 2^log2Buckets buckets of four slots.
@@ -142,13 +146,35 @@ func (s *Shard) containsSlow(f uint8, v uint64) bool {
 }
 
 // Insert adds one copy of the item with fingerprint f (which must not be 0)
-// and position v (its top [VirtualBits] bits). It returns [ErrFull] if the
-// item cannot be placed and [ErrTooManyCopies] if the shard holds
-// [MaxCopies] identical copies of it already; the shard is then unchanged.
+// and position v (its top [VirtualBits] bits). It returns an error wrapping
+// [ErrFull] if the item cannot be placed and [ErrTooManyCopies] if the
+// shard holds [MaxCopies] identical copies of it already; the shard is
+// then unchanged. A shard with a growth policy ([Shard.SetGrowth]) that
+// has no room for the item doubles first, in the caller's goroutine
+// (releasing its mutex between chunks), and returns ErrFull only if the
+// policy refuses the doubling.
 func (s *Shard) Insert(f uint8, v uint64) error {
 	if f == 0 {
 		return ErrZeroFingerprint
 	}
+	for {
+		d := s.Doublings()
+		err := s.insert(f, v)
+		if err != ErrFull || s.growth == nil {
+			return err
+		}
+		// No room even after an eviction walk (a migrating shard finishes
+		// its doubling before it walks): double, and retry. A doubled
+		// shard is about half full, so a second failure is a crowd, which
+		// growFor refuses: the loop runs at most twice.
+		if err := s.growFor(d); err != nil {
+			return err
+		}
+	}
+}
+
+// insert is one attempt of Insert, under the mutex.
+func (s *Shard) insert(f uint8, v uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.tab.Load()

@@ -62,6 +62,16 @@ func mustNew(t testing.TB, k int) *Shard {
 	return s
 }
 
+// mustGrowth returns a growth policy or fails the test.
+func mustGrowth(t testing.TB, threshold float64, maxBytes int64) *Growth {
+	t.Helper()
+	g, err := NewGrowth(threshold, maxBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 func TestNewRejectsBadSizes(t *testing.T) {
 	for _, k := range []int{-1, 0, MaxLog2Buckets + 1, 64} {
 		if s, err := New(k); err == nil || s != nil {
@@ -519,16 +529,23 @@ func TestGrowKeepsEverything(t *testing.T) {
 	}
 }
 
-// TestGrowFromDoublesOnce checks that two callers that saw the same full
-// shard double it once.
-func TestGrowFromDoublesOnce(t *testing.T) {
+// TestGrowForDoublesOnce checks that two inserts that found the same
+// shard full double it once: the second sees the doubling count move and
+// only retries.
+func TestGrowForDoublesOnce(t *testing.T) {
 	s := mustNew(t, 3)
-	d := s.Doublings()
-	if ok, err := s.growFrom(d); !ok || err != nil {
-		t.Fatalf("growFrom(%d) = %v, %v; want true, nil", d, ok, err)
+	r := rand.New(rand.NewPCG(1, 2))
+	for s.LoadFactor() < 0.8 { // growFor refuses a shard below MinGrowLoad
+		if err := s.Insert(uint8(r.IntN(255)+1), r.Uint64()); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if ok, err := s.growFrom(d); ok || err != nil {
-		t.Fatalf("second growFrom(%d) = %v, %v; want false, nil", d, ok, err)
+	d := s.Doublings()
+	if err := s.growFor(d); err != nil {
+		t.Fatalf("growFor(%d) = %v", d, err)
+	}
+	if err := s.growFor(d); err != nil || s.Doublings() != 1 {
+		t.Fatalf("second growFor(%d) = %v with %d doublings; want nil and 1", d, err, s.Doublings())
 	}
 	if got := s.Stats().Buckets; got != 16 {
 		t.Fatalf("Buckets = %d, want 16", got)
@@ -539,8 +556,8 @@ func TestGrowFromDoublesOnce(t *testing.T) {
 	if started, err := s.beginGrow(); started || err != nil {
 		t.Fatalf("second beginGrow() = %v, %v; want false, nil (already growing)", started, err)
 	}
-	if !s.Growing() || s.NextGrowBytes() != 0 {
-		t.Fatalf("Growing() = %v, NextGrowBytes() = %d during a doubling", s.Growing(), s.NextGrowBytes())
+	if !s.Growing() {
+		t.Fatalf("Growing() = false during a doubling")
 	}
 	for !s.GrowStep(3) {
 	}
@@ -570,6 +587,9 @@ func TestStress(t *testing.T) {
 	perWriter := total / procs
 	perChurner := max(stressChurn/procs, 1)
 	s := mustNew(t, 1)
+	if err := s.SetGrowth(mustGrowth(t, DefaultGrowThreshold, 0)); err != nil {
+		t.Fatal(err)
+	}
 
 	// Writer w tries cands[w] in order and records the items that are in
 	// in items[w][0..], publishing in done[w] how many.
@@ -585,23 +605,15 @@ func TestStress(t *testing.T) {
 			cands[w][i] = gen.next()
 		}
 	}
-	// insert doubles the shard on ErrFull as package resize does: unless
-	// the shard is less than half full, when the failure is a crowd of
-	// items that no doubling separates, which the writer skips.
+	// Under its growth policy the shard doubles when an insert finds no
+	// room, unless it is less than half full: the failure is then a
+	// crowd of items that no doubling separates, which the writer skips.
 	errCrowd := errors.New("crowd")
 	insert := func(it item) error {
-		for {
-			d := s.Doublings()
-			err := s.Insert(it.f, it.v)
-			if !errors.Is(err, ErrFull) {
-				return err
-			}
-			if s.LoadFactor() < 0.5 {
-				return errCrowd
-			}
-			if _, err := s.growFrom(d); err != nil {
-				return err
-			}
+		if err := s.Insert(it.f, it.v); errors.Is(err, errFullCrowded) {
+			return errCrowd
+		} else {
+			return err
 		}
 	}
 	var crowded atomic.Int64
@@ -865,22 +877,6 @@ func TestFPRAfterDoublings(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-}
-
-// growFrom doubles s, as resize.Resizer.GrowNow does, only if it has
-// finished exactly doublings doublings, and reports whether it began the
-// doubling (false if another caller doubled s meanwhile, or had begun
-// already, in which case growFrom helps finish it).
-func (s *Shard) growFrom(doublings int) (bool, error) {
-	began, err := s.BeginGrowFrom(doublings)
-	if err != nil {
-		return false, err
-	}
-	if s.Doublings() == doublings || began {
-		for !s.GrowStep(DefaultChunk) {
-		}
-	}
-	return began, nil
 }
 
 // TestDeleteAcrossTablesDuringDoubling deletes an item whose own entry is
