@@ -29,3 +29,8 @@ var ErrTooManyCopies = shard.ErrTooManyCopies
 // ErrClosed is returned by [Guard.Add] and its variants after
 // [Guard.Close]. Lookups and removes keep working after Close.
 var ErrClosed = errors.New("guard: closed")
+
+// ErrSnapshot is returned by [Restore] for input that is not a valid
+// snapshot: wrong magic or version, impossible sizes, corrupt shard
+// contents or a checksum mismatch. The error wraps it with the details.
+var ErrSnapshot = errors.New("guard: invalid snapshot")

@@ -40,11 +40,6 @@ const (
 	snapshotVersion = 2
 )
 
-// ErrSnapshot is returned by [Restore] for input that is not a valid
-// snapshot: wrong magic or version, impossible sizes, corrupt shard
-// contents or a checksum mismatch. The error wraps it with the details.
-var ErrSnapshot = errors.New("guard: invalid snapshot")
-
 var _ io.WriterTo = (*Guard)(nil)
 
 // WriteTo writes a snapshot of the guard to w in the format described

@@ -768,6 +768,9 @@ func TestLoaderErrors(t *testing.T) {
 	if !errors.Is(err, ErrClosed) || err.Error() != "guarded: closed" {
 		t.Fatalf("Insert after Close = %q, want ErrClosed", err)
 	}
+	if !errors.Is(err, guard.ErrClosed) || errors.Is(err, guard.ErrFull) {
+		t.Fatalf("Insert after Close = %q: errors.Is(guard.ErrClosed) should hold, and only it", err)
+	}
 	if err := l.Fill(ctx, seqOf([]int{1})); !errors.Is(err, ErrClosed) || err.Error() != "guarded: closed" {
 		t.Fatalf("Fill after Close = %q, want ErrClosed", err)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/cuckooguard/cuckooguard/guard"
 )
 
 // ErrNotFound is returned by [Loader.Get] and [Loader.GetMany] for a key
@@ -31,7 +33,20 @@ var ErrMaybeWritten = errors.New("guarded: write may have happened")
 
 // ErrClosed is returned by [Loader.Insert], [Loader.Fill] and
 // [Loader.CatchUp] after [Loader.Close]. Lookups keep working after Close.
-var ErrClosed = errors.New("guarded: closed")
+//
+// A Loader closes its guard, and returns ErrClosed where the guard returns
+// [guard.ErrClosed]; errors.Is(err, guard.ErrClosed) holds for it too, so
+// that code that handles a closed guard handles a closed Loader.
+var ErrClosed error = closedError{}
+
+// closedError is the type of ErrClosed: it is guard.ErrClosed too.
+type closedError struct{}
+
+func (closedError) Error() string        { return "guarded: closed" }
+func (closedError) Is(target error) bool { return target == guard.ErrClosed }
+
+// errNoStore is returned by [New] for a nil store.
+var errNoStore = errors.New("guarded: New needs a store")
 
 // errOwned is returned by [New] for a guard that another Loader owns.
 var errOwned = errors.New("guarded: the guard already has a Loader, which closes it; give each Loader a guard of its own")
@@ -104,3 +119,10 @@ func wrap(op string, err error) error {
 	}
 	return fmt.Errorf("guarded: %s: %w", op, err)
 }
+
+// errDetached is returned by a Feed's methods after Detach.
+var errDetached = errors.New("guarded: the feed is detached")
+
+// errGoexit is what the waiters of a lookup that called runtime.Goexit
+// get.
+var errGoexit = errors.New("guarded: the store lookup called runtime.Goexit")

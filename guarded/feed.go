@@ -58,9 +58,6 @@ type feedTarget[K comparable] interface {
 	Guard() *guard.Guard
 }
 
-// errDetached is returned by a Feed's methods after Detach.
-var errDetached = errors.New("guarded: the feed is detached")
-
 // AttachFeed declares that a change stream keeps this Loader in step with
 // the store, and returns its handle (see [Feed]). It invalidates the
 // Loader, which passes every lookup through until the stream calls

@@ -2,7 +2,6 @@ package guarded
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime/debug"
 	"sync"
@@ -67,10 +66,6 @@ func (f *flight[K, V]) do(ctx context.Context, h uint64, key K, lookup func(cont
 		return val, err
 	}
 }
-
-// errGoexit is what the waiters of a lookup that called runtime.Goexit
-// get.
-var errGoexit = errors.New("guarded: the store lookup called runtime.Goexit")
 
 // panicError is a panic of a store lookup, with the stack where it
 // happened: the waiters of the lookup get it as their error, and the

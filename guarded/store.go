@@ -81,17 +81,17 @@ type source[K comparable, V any] struct {
 func sourceOf[K comparable, V any](store Getter[K, V]) (source[K, V], error) {
 	switch s := store.(type) {
 	case nil:
-		return source[K, V]{}, fmt.Errorf("guarded: New needs a store")
+		return source[K, V]{}, errNoStore
 	case Funcs[K, V]:
 		return funcsSource(s)
 	case *Funcs[K, V]:
 		if s == nil {
-			return source[K, V]{}, fmt.Errorf("guarded: New needs a store")
+			return source[K, V]{}, errNoStore
 		}
 		return funcsSource(*s)
 	case GetterFunc[K, V]:
 		if s == nil {
-			return source[K, V]{}, fmt.Errorf("guarded: New needs a store")
+			return source[K, V]{}, errNoStore
 		}
 	}
 	src := source[K, V]{get: store.Get}

@@ -22,10 +22,6 @@ import (
 //
 // A shard that is doubling when it is encoded finishes the doubling first.
 
-// ErrCorrupt is returned by [Shard.ReadFrom] for an encoding that is not a
-// valid shard. The error wraps it with what was wrong.
-var ErrCorrupt = errors.New("shard: corrupt encoding")
-
 const encodedHeaderBytes = 24
 
 // maxStash bounds the stash length an encoding may claim. Eviction paths

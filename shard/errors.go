@@ -44,3 +44,7 @@ var ErrSaturated = errors.New("shard: saturated: the table uses every position b
 // ErrZeroFingerprint is returned by [Shard.Insert] for the fingerprint 0,
 // which no lookup may match (see the package documentation).
 var ErrZeroFingerprint = errors.New("shard: fingerprint must not be 0")
+
+// ErrCorrupt is returned by [Shard.ReadFrom] for an encoding that is not a
+// valid shard. The error wraps it with what was wrong.
+var ErrCorrupt = errors.New("shard: corrupt encoding")
