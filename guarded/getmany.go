@@ -43,8 +43,7 @@ func (l *Loader[K, V]) GetMany(ctx context.Context, keys []K) (vals []V, errs []
 	// others copy its answer at the end.
 	type pending struct {
 		i            int // index of the first occurrence in keys
-		guarded      bool
-		epoch, gen   uint64
+		s            screening
 		c            *call[V] // the call that answers it
 		leader, done bool
 	}
@@ -54,38 +53,17 @@ func (l *Loader[K, V]) GetMany(ctx context.Context, keys []K) (vals []V, errs []
 		if _, seen := first[k]; seen {
 			continue
 		}
-		h := hs[i]
-		guarded := ready && !v.passes(h)
-		epoch := l.epoch(h).Load()
-		if guarded {
-			if !maybe[i] {
-				l.avoided.Inc()
-				errs[i], first[k] = ErrNotFound, -1
-				continue
-			}
-			if l.neg != nil && l.neg.has(k, epoch, gen) {
-				l.negHits.Inc()
-				errs[i], first[k] = ErrNotFound, -1
-				continue
-			}
-			l.letThrough.Inc()
-		} else {
-			l.passed.Inc()
+		s, absent := l.screen(k, hs[i], gen, ready && !v.passes(hs[i]), maybe[i])
+		if absent {
+			errs[i], first[k] = ErrNotFound, -1
+			continue
 		}
 		first[k] = len(todo)
-		todo = append(todo, pending{i: i, guarded: guarded, epoch: epoch, gen: gen})
+		todo = append(todo, pending{i: i, s: s})
 	}
 	answer := func(p *pending, val V, err error) {
-		if err != nil && l.notFound(err) {
-			if p.guarded {
-				l.falsePos.Inc()
-				if l.neg != nil {
-					l.neg.add(keys[p.i], p.epoch, p.gen)
-				}
-			}
-			val, err = *new(V), ErrNotFound
-		}
-		vals[p.i], errs[p.i], p.done = val, err, true
+		vals[p.i], errs[p.i] = l.settle(keys[p.i], p.s, val, err)
+		p.done = true
 	}
 	if batch := l.src.many; batch != nil && len(todo) > 0 {
 		// Lead every key nobody is looking up yet, in one store call;

@@ -36,44 +36,55 @@ import (
 // guard it was given and closes it in [Loader.Close]; a guard can have at
 // most one Loader.
 type Loader[K comparable, V any] struct {
+	// What New was given.
 	src   source[K, V]
 	codec keyCodec[K]
 	cfg   config
 
-	cur    atomic.Pointer[view] // the guard lookups use
-	shadow atomic.Pointer[view] // the guard a rebuild fills, or nil
-	// writeMu orders writes against the start and the end of a rebuild:
-	// an insert holds it shared from its guard add to the end of its
-	// write, so that the rebuild, which takes it exclusively, sees every
-	// insert either finished (in the store, for the key source to read) or
-	// not begun (and so reaching the new guard too). A delete holds it so
-	// that the guard it removes from is the one it found ready.
+	// Read path (get.go, getmany.go): the guard lookups use, the store
+	// calls in flight, the negative cache and its invalidation, and the
+	// counters of Stats.
+	cur    atomic.Pointer[view]
+	flight flight[K, V]       // coalesces store lookups
+	neg    *negCache[K]       // nil without WithNegativeCache
+	epochs [256]atomic.Uint64 // bumped by inserts, by key hash: invalidate negative entries
+	negGen atomic.Uint64      // bumped by Invalidate and guard swaps: invalidates them all
+
+	storeCalls, avoided, falsePos, negHits, passed, letThrough, batchCalls *xsync.Counter
+
+	// Writes (write.go). writeMu orders writes against the start and the
+	// end of a rebuild: an insert holds it shared from its guard add to
+	// the end of its write, so that the rebuild, which takes it
+	// exclusively, sees every insert either finished (in the store, for
+	// the key source to read) or not begun (and so reaching the new guard
+	// too). A delete holds it so that the guard it removes from is the one
+	// it found ready.
 	writeMu sync.RWMutex
-	ready   atomic.Bool
-	filled  atomic.Bool             // a Fill is running or has succeeded: no other may run
-	feed    atomic.Pointer[Feed[K]] // the attached change feed, or nil
-
-	flight  flight[K, V] // coalesces store lookups
-	inserts keyLocks[K]  // one Insert per key at a time
-	neg     *negCache[K]
-	epochs  [256]atomic.Uint64 // bumped by inserts, by key hash: invalidate negative entries
-	negGen  atomic.Uint64      // bumped by Invalidate and guard swaps: invalidates them all
-
-	mu           sync.Mutex // protects closed, wg.Add and rebuildDelay
-	closed       bool
-	rebuildDelay time.Duration // backoff after failed rebuilds
-	rebuildAfter atomic.Int64  // unix nanoseconds before which no rebuild starts
-	ctx          context.Context
-	cancel       context.CancelFunc
-	wg           sync.WaitGroup // rebuild goroutines
-	rebuilding   atomic.Bool
-	rebuildMu    sync.Mutex // held while a rebuild or resync builds a guard
-	closeOnce    sync.Once
-
+	inserts keyLocks[K]   // one Insert per key at a time
 	insertN atomic.Uint64 // inserts, to check the FPR every 4096
 
-	storeCalls, avoided, falsePos, negHits, passed, letThrough *xsync.Counter
-	rebuilds, rebuildErrs, batchCalls                          *xsync.Counter
+	// Readiness and the change feed (readiness.go, feed.go).
+	ready  atomic.Bool
+	filled atomic.Bool             // a Fill is running or has succeeded: no other may run
+	feed   atomic.Pointer[Feed[K]] // the attached change feed, or nil
+
+	// Rebuilds (rebuild.go): a fresh guard filled in the background and
+	// swapped in for cur.
+	shadow       atomic.Pointer[view] // the guard a rebuild fills, or nil
+	rebuildMu    sync.Mutex           // held while a rebuild or resync builds a guard
+	rebuilding   atomic.Bool
+	rebuildDelay time.Duration // backoff after failed rebuilds; under mu
+	rebuildAfter atomic.Int64  // unix nanoseconds before which no rebuild starts
+
+	rebuilds, rebuildErrs *xsync.Counter
+
+	// Life cycle: Close cancels ctx and waits for wg.
+	mu        sync.Mutex // protects closed, wg.Add and rebuildDelay
+	closed    bool
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup // rebuild goroutines
+	closeOnce sync.Once
 }
 
 // view is one guard with the shards whose lookups must pass through.
