@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/cuckooguard/cuckooguard/internal/testrand"
 )
 
 // TestContainsManyAgrees checks that ContainsMany and its variants answer
@@ -17,7 +19,7 @@ import (
 func TestContainsManyAgrees(t *testing.T) {
 	for _, capacity := range []int{100, 100_000} {
 		t.Run(fmt.Sprintf("capacity=%d", capacity), func(t *testing.T) {
-			g := mustNew(t, WithCapacity(capacity), WithSeed(testSeed(t)))
+			g := mustNew(t, WithCapacity(capacity), WithSeed(testrand.Seed(t)))
 			for i := range 50_000 {
 				if err := g.AddString(strconv.Itoa(i)); err != nil {
 					t.Fatal(err)
@@ -70,7 +72,7 @@ func TestContainsManyDoesNotAllocate(t *testing.T) {
 // while other goroutines add and remove keys and the guard doubles: a key
 // that stays must never read absent in a batch.
 func TestContainsManyConcurrent(t *testing.T) {
-	seed := testSeed(t)
+	seed := testrand.Seed(t)
 	g := mustNew(t, WithCapacity(1000), WithSeed(seed))
 	const stable = 5000
 	keys := make([]string, stable)

@@ -18,19 +18,20 @@
 //     reported present, by every goroutine, while other keys are being
 //     added, removed, evicted or the shard is doubling.
 //   - False positives: an absent key is reported present with probability
-//     about 2.2e-4 at load 0.9 before any doubling. Growth costs little
-//     accuracy: every slot keeps its own tail of position bits, new keys
-//     get the longest tail after every doubling, and only older keys give
-//     up a bit each time, so after d doublings the rate is about (d+1)
-//     times the ungrown one (measured at load 0.9: 2.1e-4 after no
-//     doubling, 6.5e-4 after 4, 1.1e-3 after 8, 1.4e-3 after 11, 1.9e-3
-//     after 16). [Guard.Stats] reports the estimate from the entries'
-//     actual tails.
+//     about 2.2e-4 at load 0.9 before any doubling (the estimate of package
+//     shard). Growth costs little accuracy: every slot keeps its own tail
+//     of position bits, new keys get the longest tail after every
+//     doubling, and only older keys give up a bit each time, so after d
+//     doublings the rate is about (d+1) times the ungrown one.
+//     [Guard.Stats] reports the estimate from the entries' actual tails.
+//     The measured rates, with the command that produced them, are in the
+//     README's Guarantees section, and only there.
 //   - Memory: about 16/α bits per key at load α; a guard filled to the
 //     capacity given to [WithCapacity] (≥ 10,000) uses at most 21 bits per
-//     key on the heap, all it holds counted ([Stats].Bytes matches the heap;
-//     the README's memory section has the figures). Keys with no tail left are copied when their shard doubles
-//     (1.6% more slots after 11 doublings).
+//     key on the heap, all it holds counted ([Stats].Bytes matches the
+//     heap; the README's memory section has the figures). Keys with no
+//     tail left are copied when their shard doubles (the README counts
+//     the copies).
 //   - Growth: a shard doubles when its load reaches the grow threshold, as
 //     often as needed, until memory or the cap of [WithMaxBytes] runs out
 //     (a shard's table can have 2^40 buckets). An add that cannot be placed

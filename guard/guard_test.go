@@ -64,7 +64,7 @@ func twinCopies(t *testing.T, g *Guard, model map[string]int, k string) int {
 // added keys, lookups and lookups of absent keys, starting small so that
 // shards double during the run. No added key may ever read absent.
 func TestModel(t *testing.T) {
-	seed := testSeed(t)
+	seed := testrand.Seed(t)
 	r := rand.New(rand.NewPCG(seed, 0))
 	ops := 200_000
 	if testing.Short() {
@@ -170,7 +170,7 @@ func TestModel(t *testing.T) {
 // The writers share 200,000 keys and the removers hold at most 512 keys
 // together, whatever GOMAXPROCS is: more goroutines split the same work.
 func TestStress(t *testing.T) {
-	seed := testSeed(t)
+	seed := testrand.Seed(t)
 	procs := max(runtime.GOMAXPROCS(0), 2)
 	total := 200_000
 	if testing.Short() {
@@ -279,7 +279,7 @@ func TestStress(t *testing.T) {
 // TestGrowthFromSmall adds far more keys than the declared capacity and
 // checks after each batch that every key is found and Len is exact.
 func TestGrowthFromSmall(t *testing.T) {
-	g := mustNew(t, WithCapacity(1000), WithSeed(testSeed(t)))
+	g := mustNew(t, WithCapacity(1000), WithSeed(testrand.Seed(t)))
 	const total = 200_000
 	for i := range total {
 		if err := g.AddString(strconv.Itoa(i)); err != nil {
@@ -332,7 +332,7 @@ func TestFPRMatchesEstimate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			g := mustNew(t, WithCapacity(tt.capacity), WithSeed(testSeed(t)))
+			g := mustNew(t, WithCapacity(tt.capacity), WithSeed(testrand.Seed(t)))
 			for i := range tt.keys {
 				if err := g.AddString(strconv.Itoa(i)); err != nil {
 					t.Fatal(err)
@@ -360,7 +360,7 @@ func TestBitsPerKeyAtCapacity(t *testing.T) {
 	}
 	for _, c := range caps {
 		t.Run(strconv.Itoa(c), func(t *testing.T) {
-			g := mustNew(t, WithCapacity(c), WithSeed(testSeed(t)))
+			g := mustNew(t, WithCapacity(c), WithSeed(testrand.Seed(t)))
 			for i := range c {
 				if err := g.AddString(strconv.Itoa(i)); err != nil {
 					t.Fatal(err)
@@ -479,7 +479,7 @@ func TestGrowthWithoutWall(t *testing.T) {
 	if testing.Short() || testrand.Race {
 		total = 250_000
 	}
-	g := mustNew(t, WithCapacity(1000), WithSeed(testSeed(t)))
+	g := mustNew(t, WithCapacity(1000), WithSeed(testrand.Seed(t)))
 	for i := range total {
 		if err := g.AddString(strconv.Itoa(i)); err != nil {
 			t.Fatalf("AddString(%d): %v (%+v)", i, err, g.Stats())
@@ -509,7 +509,7 @@ func TestGrowthWithoutWall(t *testing.T) {
 // refused with ErrTooManyCopies, the guard does not grow, the refusals are
 // counted, and other keys are still accepted.
 func TestDuplicateFlood(t *testing.T) {
-	g := mustNew(t, WithCapacity(100_000), WithSeed(testSeed(t)))
+	g := mustNew(t, WithCapacity(100_000), WithSeed(testrand.Seed(t)))
 	bytes := g.Stats().Bytes
 	for i := range 1000 {
 		err := g.AddString("again")
@@ -573,7 +573,7 @@ func TestCrowdedKeysRefused(t *testing.T) {
 // the cap held, the error says why, and no added key was lost.
 func TestMaxBytes(t *testing.T) {
 	const limit = 64 << 10
-	g := mustNew(t, WithCapacity(1000), WithMaxBytes(limit), WithSeed(testSeed(t)))
+	g := mustNew(t, WithCapacity(1000), WithMaxBytes(limit), WithSeed(testrand.Seed(t)))
 	var added []string
 	var err error
 	for i := 0; i < 1_000_000; i++ {
@@ -620,7 +620,7 @@ func TestCloseDuringGrowth(t *testing.T) {
 	// adding goroutine sees one depends on the scheduler, since an add
 	// that needs room finishes a doubling itself, and every doubling
 	// missed doubles the adds to the next one.
-	g := mustNew(t, WithShards(1), WithCapacity(100_000), WithSeed(testSeed(t)))
+	g := mustNew(t, WithShards(1), WithCapacity(100_000), WithSeed(testrand.Seed(t)))
 	if err := g.rs.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/cuckooguard/cuckooguard/internal/testrand"
 )
 
 // snapshotOf returns a guard with n keys added (starting small so that it
@@ -44,7 +46,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			g, snap := snapshotOf(t, tt.n, append(tt.opts, WithSeed(testSeed(t)))...)
+			g, snap := snapshotOf(t, tt.n, append(tt.opts, WithSeed(testrand.Seed(t)))...)
 			r, err := Restore(bytes.NewReader(snap))
 			if err != nil {
 				t.Fatal(err)

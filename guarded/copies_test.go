@@ -452,7 +452,7 @@ func TestLoaderRebuildUnderTooSmallCap(t *testing.T) {
 // insert, or a creation its feed had applied), must be found. At the end
 // every feed catches up and every row must be found on every replica.
 func TestLoaderReplicasStress(t *testing.T) {
-	seed := testSeed(t)
+	seed := testrand.Seed(t)
 	const replicas = 3
 	total := 30_000 // operations, shared by all workers whatever GOMAXPROCS
 	if testing.Short() {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/internal/testrand"
 )
 
 // memStore is an in-memory store with a counted lookup.
@@ -488,7 +489,7 @@ func TestLoaderKeyTypes(t *testing.T) {
 // rebuilt (without the cap: WithRebuildGuard lifts it). A row whose
 // Insert returned must never read ErrNotFound until its Delete begins.
 func TestLoaderConcurrentModel(t *testing.T) {
-	seed := testSeed(t)
+	seed := testrand.Seed(t)
 	ctx := context.Background()
 	s := newMemStore[string]()
 	l := newTestLoader(t, s.withKeys(), []guard.Option{guard.WithCapacity(1000), guard.WithShards(2), guard.WithMaxBytes(8 << 10), guard.WithSeed(seed)},

@@ -60,9 +60,9 @@
 //     that doubles whenever it reaches load α, each generation of entries
 //     (those inserted between two doublings) contributes the same share, so
 //     after d doublings the rate is about (d+1)·8α/(255·256): 2.2e-4 at
-//     α = 0.9 before any doubling, 1.4e-3 after 11 (measured, see the
-//     README). [Shard.Stats] reports the estimate from the entries' actual
-//     tail lengths.
+//     α = 0.9 before any doubling. [Shard.Stats] reports the estimate from
+//     the entries' actual tail lengths. The measured rates, with the
+//     command that produced them, are in the README's Guarantees section.
 //
 // # Deletes
 //

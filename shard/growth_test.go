@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/cuckooguard/cuckooguard/internal/testrand"
 )
 
 func TestNewGrowthValidates(t *testing.T) {
@@ -65,7 +67,7 @@ func TestInsertGrowsUnderPolicy(t *testing.T) {
 	if err := s.SetGrowth(g); err != nil {
 		t.Fatal(err)
 	}
-	r := rand.New(rand.NewPCG(testSeed(t), 1))
+	r := rand.New(rand.NewPCG(testrand.Seed(t), 1))
 	items := make([]item, 20_000)
 	for i := range items {
 		items[i] = item{f: uint8(r.IntN(255) + 1), v: r.Uint64()}
@@ -97,7 +99,7 @@ func TestInsertRefusedByCap(t *testing.T) {
 	if err := s.SetGrowth(g); err != nil {
 		t.Fatal(err)
 	}
-	r := rand.New(rand.NewPCG(testSeed(t), 2))
+	r := rand.New(rand.NewPCG(testrand.Seed(t), 2))
 	var items []item
 	var err error
 	for range 1 << 14 {
@@ -161,7 +163,7 @@ func TestInsertRefusesCrowd(t *testing.T) {
 // end; a shard without a policy is only stepped, never begun.
 func TestGrowStepFollowsThreshold(t *testing.T) {
 	s := mustNew(t, 8)
-	r := rand.New(rand.NewPCG(testSeed(t), 3))
+	r := rand.New(rand.NewPCG(testrand.Seed(t), 3))
 	fill := func(load float64) {
 		for s.LoadFactor() < load {
 			if err := s.Insert(uint8(r.IntN(255)+1), r.Uint64()); err != nil {
@@ -189,5 +191,42 @@ func TestGrowStepFollowsThreshold(t *testing.T) {
 	}
 	if s.Doublings() != 1 || steps != 1<<8/16 || s.NeedsGrowth() {
 		t.Fatalf("after %d steps: %d doublings, NeedsGrowth %v; want 1 in %d steps, false", steps, s.Doublings(), s.NeedsGrowth(), 1<<8/16)
+	}
+}
+
+// TestGrowForDoublesOnce checks that two inserts that found the same
+// shard full double it once: the second sees the doubling count move and
+// only retries.
+func TestGrowForDoublesOnce(t *testing.T) {
+	s := mustNew(t, 3)
+	r := rand.New(rand.NewPCG(1, 2))
+	for s.LoadFactor() < 0.8 { // growFor refuses a shard below MinGrowLoad
+		if err := s.Insert(uint8(r.IntN(255)+1), r.Uint64()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := s.Doublings()
+	if err := s.growFor(d); err != nil {
+		t.Fatalf("growFor(%d) = %v", d, err)
+	}
+	if err := s.growFor(d); err != nil || s.Doublings() != 1 {
+		t.Fatalf("second growFor(%d) = %v with %d doublings; want nil and 1", d, err, s.Doublings())
+	}
+	if got := s.Stats().Buckets; got != 16 {
+		t.Fatalf("Buckets = %d, want 16", got)
+	}
+	if started, err := s.beginGrow(); !started || err != nil {
+		t.Fatalf("beginGrow() = %v, %v; want true, nil", started, err)
+	}
+	if started, err := s.beginGrow(); started || err != nil {
+		t.Fatalf("second beginGrow() = %v, %v; want false, nil (already growing)", started, err)
+	}
+	if !s.Growing() {
+		t.Fatalf("Growing() = false during a doubling")
+	}
+	for !s.GrowStep(3) {
+	}
+	if s.Growing() || s.Stats().Buckets != 32 || s.Doublings() != 2 {
+		t.Fatalf("after the steps: %+v", s.Stats())
 	}
 }

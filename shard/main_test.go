@@ -4,16 +4,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
-
-	"github.com/cuckooguard/cuckooguard/internal/testrand"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// testSeed returns the seed for a randomized test and logs it.
-func testSeed(t testing.TB) uint64 {
-	t.Helper()
-	return testrand.Seed(t)
 }

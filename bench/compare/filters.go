@@ -19,6 +19,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/internal/testrand"
 )
 
 // KeySize is the length in bytes of every benchmark key.
@@ -296,21 +297,11 @@ const (
 	FreshBase = 1 << 41
 )
 
-// mix is the SplitMix64 finalizer, a bijection of uint64.
-func mix(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
-}
-
 // PutKey writes the 16-byte key of counter c into dst[:KeySize]. Its first
 // 8 bytes are a bijection of c, so distinct counters give distinct keys.
 func PutKey(dst []byte, c uint64) {
-	binary.LittleEndian.PutUint64(dst[0:8], mix(c))
-	binary.LittleEndian.PutUint64(dst[8:16], mix(c^0x9e3779b97f4a7c15))
+	binary.LittleEndian.PutUint64(dst[0:8], testrand.Mix(c))
+	binary.LittleEndian.PutUint64(dst[8:16], testrand.Mix(c^0x9e3779b97f4a7c15))
 }
 
 // Keys holds n present keys (to be added) and n absent keys (never added),

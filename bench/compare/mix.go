@@ -1,6 +1,10 @@
 package compare
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/cuckooguard/cuckooguard/internal/testrand"
+)
 
 // Mix workload: out of every 100 operations, WritePercent are writes and
 // the rest lookups, half of a present key and half of an absent one.
@@ -33,8 +37,8 @@ type MixResult struct {
 // so f ends with the keys it started with; else its writes are adds only.
 func MixWorker(f Filter, keys *Keys, id uint64, canRemove bool, next Nexter, res *MixResult) {
 	mask := keys.N - 1
-	rng := mix(id) | 1
-	i := int(mix(id+0x51ed)) & mask
+	rng := testrand.Mix(id) | 1
+	i := int(testrand.Mix(id+0x51ed)) & mask
 	nextKey := uint64(FreshBase) + id<<32
 	var ring [ringSize][KeySize]byte
 	head, held := 0, 0
