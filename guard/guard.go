@@ -14,6 +14,7 @@ import (
 
 	"github.com/cuckooguard/cuckooguard/internal/memsize"
 	"github.com/cuckooguard/cuckooguard/internal/options"
+	"github.com/cuckooguard/cuckooguard/internal/owner"
 	"github.com/cuckooguard/cuckooguard/resize"
 	"github.com/cuckooguard/cuckooguard/shard"
 )
@@ -35,6 +36,7 @@ type Guard struct {
 	growth *shard.Growth   // the shards' growth policy: threshold, memory cap
 	rs     *resize.Resizer // doubles shards in the background; stopped by Close
 	closed atomic.Bool
+	owned  atomic.Bool // claimed by a wrapper that closes it (internal/owner)
 
 	adds       *xsync.Counter
 	removes    *xsync.Counter
@@ -75,6 +77,10 @@ func newGuard(c config) (*Guard, error) {
 		return nil, err
 	}
 	return g, nil
+}
+
+func init() {
+	owner.Claim = func(g any) bool { return g.(*Guard).owned.CompareAndSwap(false, true) }
 }
 
 // newGuardValue returns a Guard with the shards of lay, not yet

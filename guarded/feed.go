@@ -241,9 +241,9 @@ func (l *Loader[K, V]) replaceGuard(g *guard.Guard) error {
 	l.mu.Unlock()
 	l.writeMu.Unlock()
 	if closed {
-		closeGuard(g)
+		g.Close()
 		return ErrClosed
 	}
-	closeGuard(old.g)
+	old.g.Close()
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cuckooguard/cuckooguard/guard"
 	"github.com/cuckooguard/cuckooguard/internal/options"
+	"github.com/cuckooguard/cuckooguard/internal/owner"
 )
 
 // Loader wraps a store lookup with a guard: [Loader.Get] answers
@@ -159,20 +160,12 @@ func New[K comparable, V any](g *guard.Guard, store Getter[K, V], opts ...Option
 	return l, nil
 }
 
-// owners holds the guards that a Loader owns: a guard has at most one
-// Loader, which closes it.
-var owners sync.Map // *guard.Guard → struct{}
-
-// own records that a Loader owns g, and reports false if one did already.
+// own records that a Loader owns g, and reports false if one did already:
+// a guard has at most one Loader, which closes it. The mark is the
+// guard's own (internal/owner), not a registry that would keep every
+// guard ever owned reachable.
 func own(g *guard.Guard) bool {
-	_, taken := owners.LoadOrStore(g, struct{}{})
-	return !taken
-}
-
-// closeGuard closes a guard the Loader owns and forgets it.
-func closeGuard(g *guard.Guard) {
-	g.Close()
-	owners.Delete(g)
+	return owner.Claim(g)
 }
 
 // Hash returns the hash under which key is stored in the guard, for
@@ -211,7 +204,7 @@ func (l *Loader[K, V]) Close() error {
 		l.mu.Unlock()
 		l.cancel()
 		l.wg.Wait()
-		closeGuard(l.cur.Load().g)
+		l.cur.Load().g.Close()
 	})
 	return nil
 }

@@ -825,3 +825,43 @@ func TestMayContainCountsNothing(t *testing.T) {
 		t.Fatalf("Get of a present key: let through %d, want 1", st.LetThrough)
 	}
 }
+
+// TestOneLoaderPerGuard: a guard that a Loader owns is refused by a second
+// Loader and by the first one's Feed.Replace, and the mark that says so is
+// the guard's own: a Loader dropped without Close leaves nothing behind
+// that keeps its guard reachable (a process-wide registry did).
+func TestOneLoaderPerGuard(t *testing.T) {
+	s := newMemStore[int]()
+	l := newTestLoader(t, s, nil)
+	if l2, err := New(l.Guard(), Getter[int, string](s)); !errors.Is(err, errOwned) || l2 != nil {
+		t.Fatalf("New with an owned guard = %v, %v; want nil, errOwned", l2, err)
+	}
+	f, err := l.AttachFeed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Replace(l.Guard()); !errors.Is(err, errOwned) {
+		t.Fatalf("Feed.Replace with the Loader's own guard = %v, want errOwned", err)
+	}
+
+	collected := make(chan struct{})
+	func() {
+		g, err := guard.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		runtime.AddCleanup(g, func(struct{}) { close(collected) }, struct{}{})
+		if _, err := New(g, Getter[int, string](s)); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	for range 20 {
+		runtime.GC()
+		select {
+		case <-collected:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Fatal("the guard of a dropped Loader was not collected")
+}

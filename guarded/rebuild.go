@@ -94,7 +94,7 @@ func (l *Loader[K, V]) replace(ctx context.Context, fill func(context.Context, *
 		l.writeMu.Lock()
 		l.shadow.Store(nil)
 		l.writeMu.Unlock()
-		closeGuard(ng)
+		ng.Close()
 		return wrap("rebuild", err)
 	}
 	// l.mu orders the swap against Close: once Close has marked the
@@ -111,10 +111,10 @@ func (l *Loader[K, V]) replace(ctx context.Context, fill func(context.Context, *
 	l.mu.Unlock()
 	l.writeMu.Unlock()
 	if closed {
-		closeGuard(ng)
+		ng.Close()
 		return ErrClosed
 	}
-	closeGuard(old.g)
+	old.g.Close()
 	l.rebuilds.Inc()
 	l.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "cuckooguard: guard rebuilt",
 		slog.Int64("keys", n), slog.Duration("took", time.Since(start)))
