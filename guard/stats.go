@@ -36,7 +36,37 @@ type Stats struct {
 	MigrationsRefused   int64         // doublings refused by the memory cap
 	TimeMigrating       time.Duration // total time the background workers spent doubling
 
-	PerShard []shard.Stats // per shard: items, copies, tail lengths, doublings, …
+	PerShard []ShardStats // per shard: items, copies, tail lengths, doublings, …
+}
+
+// ShardStats describes one shard of a guard, as [Stats] does the guard.
+type ShardStats struct {
+	Items             int                        // keys in the shard, counting copies added
+	Copies            int                        // occupied slots: Items plus the copies of void entries
+	Buckets           int                        // buckets of four slots (of the new table while Growing)
+	Slots             int                        // Buckets × 4
+	Stashed           int                        // entries parked in the stash
+	Doublings         int                        // times the shard has doubled
+	Tails             [shard.MaxTailBits + 1]int // entries by tail length; Tails[0] are void
+	Bytes             int                        // heap memory of the shard and its tables
+	LoadFactor        float64                    // Copies / Slots
+	EstimatedFPR      float64                    // expected false-positive rate of a lookup routed here
+	ReadRetries       uint64                     // lookups that retried because a writer moved fingerprints
+	DuplicatesRefused uint64                     // adds refused with ErrTooManyCopies
+	Growing           bool                       // a doubling is in progress
+	MigratedBuckets   int                        // old buckets split so far, while Growing
+}
+
+// shardStats is s as a guard reports it: guard's own type, so that package
+// shard's can change without breaking guard users.
+func shardStats(s shard.Stats) ShardStats {
+	return ShardStats{
+		Items: s.Items, Copies: s.Copies, Buckets: s.Buckets, Slots: s.Slots,
+		Stashed: s.Stashed, Doublings: s.Doublings, Tails: s.Tails, Bytes: s.Bytes,
+		LoadFactor: s.LoadFactor, EstimatedFPR: s.EstimatedFPR,
+		ReadRetries: s.ReadRetries, DuplicatesRefused: s.DuplicatesRefused,
+		Growing: s.Growing, MigratedBuckets: s.MigratedBuckets,
+	}
 }
 
 // Stats returns the guard's statistics. It costs O(shards) and takes no
@@ -58,12 +88,12 @@ func (g *Guard) Stats() Stats {
 		MigrationsCompleted: rs.Completed,
 		MigrationsRefused:   g.growth.Refused(),
 		TimeMigrating:       rs.TimeGrowing,
-		PerShard:            make([]shard.Stats, len(g.shards)),
+		PerShard:            make([]ShardStats, len(g.shards)),
 	}
 	var fpr float64
 	for i := range g.shards {
 		s := g.shards[i].Stats()
-		st.PerShard[i] = s
+		st.PerShard[i] = shardStats(s)
 		st.Items += s.Items
 		st.Copies += s.Copies
 		st.VoidCopies += s.Tails[0]

@@ -2,7 +2,9 @@ package guard
 
 import (
 	"fmt"
+	"reflect"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -122,5 +124,33 @@ func checkBytes(t *testing.T, stats int, heap int64) {
 	t.Helper()
 	if r := float64(stats) / float64(heap); r < 0.95 || r > 1.05 {
 		t.Errorf("Stats().Bytes %d, heap %d: ratio %.3f, want within 5%%", stats, heap, r)
+	}
+}
+
+// TestShardStatsMirrorsShard: every field of shard.Stats has a field of
+// the same name and value in guard's ShardStats, so that shardStats
+// forgets none when package shard adds one.
+func TestShardStatsMirrorsShard(t *testing.T) {
+	g := mustNew(t, WithCapacity(1000), WithShards(2))
+	for i := range 500 {
+		if err := g.AddString(strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := g.Stats()
+	for i := range g.shards {
+		want := reflect.ValueOf(g.shards[i].Stats())
+		got := reflect.ValueOf(st.PerShard[i])
+		for j := range want.NumField() {
+			name := want.Type().Field(j).Name
+			f := got.FieldByName(name)
+			if !f.IsValid() {
+				t.Errorf("ShardStats has no field %s", name)
+				continue
+			}
+			if !reflect.DeepEqual(f.Interface(), want.Field(j).Interface()) {
+				t.Errorf("shard %d: ShardStats.%s = %v, shard.Stats has %v", i, name, f.Interface(), want.Field(j).Interface())
+			}
+		}
 	}
 }
