@@ -229,21 +229,5 @@ func (l *Loader[K, V]) replaceGuard(g *guard.Guard) error {
 	l.rebuildMu.Lock() // rebuilds and resyncs take turns with it
 	defer l.rebuildMu.Unlock()
 	l.Invalidate()
-	nv := newView(g)
-	l.writeMu.Lock()
-	l.mu.Lock()
-	closed := l.closed
-	old := l.cur.Load()
-	if !closed {
-		l.cur.Store(nv)
-		l.negGen.Add(1) // after the store: see Get
-	}
-	l.mu.Unlock()
-	l.writeMu.Unlock()
-	if closed {
-		g.Close()
-		return ErrClosed
-	}
-	old.g.Close()
-	return nil
+	return l.swapIn(newView(g))
 }

@@ -97,27 +97,39 @@ func (l *Loader[K, V]) replace(ctx context.Context, fill func(context.Context, *
 		ng.Close()
 		return wrap("rebuild", err)
 	}
-	// l.mu orders the swap against Close: once Close has marked the
-	// Loader closed no guard is swapped in, so none outlives Close. Lock
-	// order: writeMu, then l.mu, as in an insert that triggers a rebuild.
+	if err := l.swapIn(nv); err != nil {
+		return err
+	}
+	l.rebuilds.Inc()
+	l.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "cuckooguard: guard rebuilt",
+		slog.Int64("keys", n), slog.Duration("took", time.Since(start)))
+	return nil
+}
+
+// swapIn makes nv the view lookups use, ends a rebuild's shadow, and
+// closes the guard nv replaces; if the Loader is closed, it closes nv's
+// guard instead and returns ErrClosed. l.mu orders the swap against Close:
+// once Close has marked the Loader closed no guard is swapped in, so none
+// outlives Close. Lock order: writeMu, then l.mu, as in an insert that
+// triggers a rebuild. The caller holds rebuildMu, which every swap takes,
+// so the guard replaced is the one the caller found.
+func (l *Loader[K, V]) swapIn(nv *view) error {
 	l.writeMu.Lock()
 	l.mu.Lock()
 	closed := l.closed
+	old := l.cur.Load()
 	if !closed {
 		l.cur.Store(nv)
-		l.negGen.Add(1)
+		l.negGen.Add(1) // after the store: see Get
 	}
 	l.shadow.Store(nil)
 	l.mu.Unlock()
 	l.writeMu.Unlock()
 	if closed {
-		ng.Close()
+		nv.g.Close()
 		return ErrClosed
 	}
 	old.g.Close()
-	l.rebuilds.Inc()
-	l.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "cuckooguard: guard rebuilt",
-		slog.Int64("keys", n), slog.Duration("took", time.Since(start)))
 	return nil
 }
 
