@@ -7,16 +7,9 @@ import (
 	"strconv"
 	"testing"
 	"time"
-)
 
-// heapInUse returns the bytes of live heap objects after a full collection.
-func heapInUse() int64 {
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return int64(ms.HeapAlloc)
-}
+	"github.com/cuckooguard/cuckooguard/internal/memsize"
+)
 
 // TestStatsBytesMatchHeap holds Stats().Bytes to the heap a guard takes,
 // measured as the growth of the live heap while guards are held: within 5%,
@@ -53,7 +46,7 @@ func TestStatsBytesMatchHeap(t *testing.T) {
 					keys = c
 				}
 				gs := make([]*Guard, n)
-				before := heapInUse()
+				before := memsize.LiveHeap()
 				for i := range gs {
 					g, err := New(WithCapacity(c), WithSeed(uint64(i)))
 					if err != nil {
@@ -66,7 +59,7 @@ func TestStatsBytesMatchHeap(t *testing.T) {
 					}
 					gs[i] = g
 				}
-				heap := heapInUse() - before
+				heap := memsize.LiveHeap() - before
 				stats := 0
 				for _, g := range gs {
 					stats += g.Stats().Bytes
@@ -94,7 +87,7 @@ func TestStatsBytesMatchHeap(t *testing.T) {
 			}
 		}
 		warm.Close()
-		before := heapInUse()
+		before := memsize.LiveHeap()
 		g, err := New(WithCapacity(1000), WithSeed(1))
 		if err != nil {
 			t.Fatal(err)
@@ -111,7 +104,7 @@ func TestStatsBytesMatchHeap(t *testing.T) {
 				for st := g.Stats(); st.MigrationsInFlight+st.MigrationsQueued > 0; st = g.Stats() {
 					time.Sleep(time.Millisecond)
 				}
-				heap := heapInUse() - before
+				heap := memsize.LiveHeap() - before
 				st := g.Stats()
 				t.Logf("%d keys: heap %d, Stats().Bytes %d", k+1, heap, st.Bytes)
 				checkBytes(t, st.Bytes, heap)

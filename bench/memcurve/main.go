@@ -23,6 +23,7 @@ import (
 	"strconv"
 
 	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/internal/memsize"
 )
 
 func main() {
@@ -50,15 +51,6 @@ func main() {
 	}
 }
 
-// heap returns the live heap after a full collection.
-func heap() int64 {
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return int64(ms.HeapAlloc)
-}
-
 func key(i int) string { return "key-" + strconv.Itoa(i) }
 
 // growth adds to keys to a guard declared for from and samples its memory
@@ -75,7 +67,7 @@ func growth(w io.Writer, from, to, every, first int, csvPath string) error {
 		defer cw.Flush()
 		cw.Write([]string{"keys", "heap_bits_per_key", "stats_bits_per_key"})
 	}
-	base := heap()
+	base := memsize.LiveHeap()
 	g, err := guard.New(guard.WithCapacity(from), guard.WithSeed(1))
 	if err != nil {
 		return err
@@ -89,7 +81,7 @@ func growth(w io.Writer, from, to, every, first int, csvPath string) error {
 			return fmt.Errorf("add %d: %w", i, err)
 		}
 		if n := i + 1; n%every == 0 {
-			h := heap() - base
+			h := memsize.LiveHeap() - base
 			st := g.Stats()
 			hb := 8 * float64(h) / float64(n)
 			sb := 8 * float64(st.Bytes) / float64(n)
@@ -128,7 +120,7 @@ func capacity(w io.Writer) error {
 	for _, c := range []struct{ capacity, guards int }{
 		{1_000, 1000}, {10_000, 200}, {100_000, 20}, {1_000_000, 2}, {4_000_000, 1},
 	} {
-		base := heap()
+		base := memsize.LiveHeap()
 		gs := make([]*guard.Guard, c.guards)
 		for j := range gs {
 			g, err := guard.New(guard.WithCapacity(c.capacity), guard.WithSeed(uint64(j)))
@@ -142,7 +134,7 @@ func capacity(w io.Writer) error {
 			}
 			gs[j] = g
 		}
-		h := heap() - base
+		h := memsize.LiveHeap() - base
 		stats := 0
 		for _, g := range gs {
 			stats += g.Stats().Bytes
@@ -163,7 +155,7 @@ func capacity(w io.Writer) error {
 func memCap(w io.Writer) error {
 	fmt.Fprintf(w, "%10s %10s %10s %10s %10s\n", "cap", "keys", "heap", "stats", "heap/cap")
 	for _, limit := range []int{256 << 10, 4 << 20, 64 << 20} {
-		base := heap()
+		base := memsize.LiveHeap()
 		g, err := guard.New(guard.WithCapacity(1000), guard.WithMaxBytes(limit), guard.WithSeed(1))
 		if err != nil {
 			return err
@@ -179,10 +171,10 @@ func memCap(w io.Writer) error {
 				return err
 			}
 			if n%(limit/64) == 0 {
-				worst = max(worst, heap()-base)
+				worst = max(worst, memsize.LiveHeap()-base)
 			}
 		}
-		h := heap() - base
+		h := memsize.LiveHeap() - base
 		worst = max(worst, h)
 		fmt.Fprintf(w, "%10d %10d %10d %10d %10.3f\n", limit, n, worst, g.Stats().Bytes, float64(worst)/float64(limit))
 		g.Close()

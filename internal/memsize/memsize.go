@@ -7,7 +7,10 @@
 // fails if a release changes them enough to matter.
 package memsize
 
-import "math/bits"
+import (
+	"math/bits"
+	"runtime"
+)
 
 // classes are the allocator's size classes for objects of up to
 // maxSmall bytes.
@@ -55,4 +58,16 @@ func Of(n int, pointers bool) int {
 		}
 	}
 	return int(classes[lo])
+}
+
+// LiveHeap returns the bytes of live heap objects after a full collection
+// (two, so that objects freed by finalizers of the first are gone too):
+// the figure that Of's sums are checked against, for tests and the bench
+// tool that measure a guard's memory.
+func LiveHeap() int64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
 }

@@ -17,9 +17,7 @@ const ptr = int(unsafe.Sizeof(ptrWord(nil)))
 func heapPerObject(n int, pointers bool) int {
 	const count = 64
 	bs, ps := make([][]byte, count), make([][]ptrWord, count)
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
+	before := LiveHeap()
 	for i := range count {
 		if pointers {
 			ps[i] = make([]ptrWord, n/ptr)
@@ -27,11 +25,10 @@ func heapPerObject(n int, pointers bool) int {
 			bs[i] = make([]byte, n)
 		}
 	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
+	after := LiveHeap()
 	runtime.KeepAlive(bs)
 	runtime.KeepAlive(ps)
-	return int(after.HeapAlloc-before.HeapAlloc) / count
+	return int(after-before) / count
 }
 
 // TestOfMatchesAllocator allocates objects of many sizes, with and without
