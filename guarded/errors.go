@@ -120,6 +120,10 @@ func wrap(op string, err error) error {
 	return fmt.Errorf("guarded: %s: %w", op, err)
 }
 
+// errFeedAttached ends a rebuild from the key source when a change feed
+// attached while it ran (see Loader.install).
+var errFeedAttached = errors.New("guarded: a change feed attached during the rebuild")
+
 // errDetached is returned by a Feed's methods after Detach.
 var errDetached = errors.New("guarded: the feed is detached")
 

@@ -2,7 +2,6 @@ package guarded
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -51,28 +50,12 @@ type Feed[K comparable] struct {
 type feedTarget[K comparable] interface {
 	applyChange(c Change[K]) error
 	resync(ctx context.Context, fill func(ctx context.Context, add func(K) error) error) error
-	replaceGuard(g *guard.Guard) error
+	installSaved(g *guard.Guard) error
+	degraded() bool
 	detach(f *Feed[K])
 	MarkReady()
 	Invalidate()
 	Guard() *guard.Guard
-}
-
-// AttachFeed declares that a change stream keeps this Loader in step with
-// the store, and returns its handle (see [Feed]). It invalidates the
-// Loader, which passes every lookup through until the stream calls
-// [Feed.MarkReady], and waits for the Deletes in flight, so that none
-// removes a key after it returns. A Loader has at most one feed at a time:
-// AttachFeed returns an error while another is attached.
-func (l *Loader[K, V]) AttachFeed() (*Feed[K], error) {
-	f := &Feed[K]{l: l, requests: make(chan struct{}, 1)}
-	l.writeMu.Lock()
-	defer l.writeMu.Unlock()
-	if !l.feed.CompareAndSwap(nil, f) {
-		return nil, errors.New("guarded: the Loader has a change feed already")
-	}
-	l.Invalidate()
-	return f, nil
 }
 
 // Requests returns the channel on which the Loader asks for a fresh guard:
@@ -131,7 +114,7 @@ func (f *Feed[K]) Replace(g *guard.Guard) error {
 	case f.detached.Load():
 		return errDetached
 	}
-	return f.l.replaceGuard(g)
+	return f.l.installSaved(g)
 }
 
 // MarkReady declares that the guard holds every key of the store.
@@ -150,8 +133,20 @@ func (f *Feed[K]) Invalidate() {
 }
 
 // Guard returns the guard lookups use now, for a stream that saves it
-// (with [guard.Guard.WriteTo]) next to its position.
+// (with [guard.Guard.WriteTo]) next to its position. Check [Feed.Degraded]
+// first: a degraded guard cannot be saved whole.
 func (f *Feed[K]) Guard() *guard.Guard { return f.l.Guard() }
+
+// Degraded reports whether a shard of the current guard passes its lookups
+// through because it could not take a key (guard.ErrFull): the Loader
+// knows the key may exist, the guard alone does not. A guard saved with
+// [guard.Guard.WriteTo] loses that mark, and a Loader that [Feed.Replace]
+// installed it in would answer ErrNotFound for the key: a stream must not
+// save a degraded guard. The mark is set before the write of the key it
+// concerns begins, so a stream that checks Degraded after applying the
+// changes up to a position, and finds it false, saves a guard that holds
+// every key created before that position.
+func (f *Feed[K]) Degraded() bool { return f.l.degraded() }
 
 // Detach ends the feed: the Loader is invalidated (without the stream it
 // cannot know what the guard lacks), its Deletes remove their keys again,
@@ -161,73 +156,4 @@ func (f *Feed[K]) Detach() {
 		f.detached.Store(true)
 		f.l.detach(f)
 	})
-}
-
-// detach is Feed.Detach's part in the Loader.
-func (l *Loader[K, V]) detach(f *Feed[K]) {
-	l.writeMu.Lock()
-	defer l.writeMu.Unlock()
-	l.Invalidate()
-	l.feed.CompareAndSwap(f, nil)
-}
-
-// applyChange is Feed.Apply's part in the Loader.
-func (l *Loader[K, V]) applyChange(c Change[K]) error {
-	l.writeMu.RLock()
-	defer l.writeMu.RUnlock()
-	cur, sh := l.cur.Load(), l.shadow.Load()
-	h := l.codec.hash(cur.g, c.Key)
-	if c.Deleted {
-		l.flight.forget(h, c.Key)
-		cur.g.RemoveHash(h)
-		return nil
-	}
-	l.epoch(h).Add(1) // voids negative-cache entries of the key
-	if _, err := l.add(cur, h); err != nil {
-		return wrap("apply", err)
-	}
-	if sh != nil {
-		l.add(sh, l.codec.hash(sh.g, c.Key)) // a failed rebuild closes sh: nothing to keep
-	}
-	// As in Insert: later lookups must not join a store call that began
-	// before the row existed, nor trust what such a call cached.
-	l.flight.forget(h, c.Key)
-	l.epoch(h).Add(1)
-	return nil
-}
-
-// resync is Feed.Resync's part in the Loader.
-func (l *Loader[K, V]) resync(ctx context.Context, fill func(ctx context.Context, add func(K) error) error) error {
-	l.Invalidate()
-	err := l.replace(ctx, func(ctx context.Context, nv *view) (int64, error) {
-		var n int64
-		add := func(k K) error {
-			n++
-			_, err := l.add(nv, l.codec.hash(nv.g, k))
-			return err
-		}
-		err := fill(ctx, add)
-		return n, err
-	})
-	if err != nil {
-		return wrap("resync", err)
-	}
-	return nil
-}
-
-// replaceGuard is Feed.Replace's part in the Loader. It swaps g in as
-// replace does at the end of a rebuild, under writeMu: no Insert is
-// between its guard add and the end of its write, and each one hashes its
-// key with the guard it adds to (whose seed may change here).
-func (l *Loader[K, V]) replaceGuard(g *guard.Guard) error {
-	if g.Closed() {
-		return errors.New("guarded: Feed.Replace: the guard is closed")
-	}
-	if !own(g) {
-		return errOwned
-	}
-	l.rebuildMu.Lock() // rebuilds and resyncs take turns with it
-	defer l.rebuildMu.Unlock()
-	l.Invalidate()
-	return l.swapIn(newView(g))
 }

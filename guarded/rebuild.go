@@ -51,6 +51,12 @@ func (l *Loader[K, V]) rebuild() {
 		defer l.wg.Done()
 		defer l.rebuilding.Store(false)
 		err := l.rebuildNow(l.ctx)
+		if errors.Is(err, errFeedAttached) {
+			// The feed's own read replaces the guard (AttachFeed
+			// invalidated it); the discarded one is no failure.
+			l.cfg.logger.LogAttrs(l.ctx, slog.LevelInfo, "cuckooguard: rebuild discarded: a change feed attached while it ran")
+			return
+		}
 		l.mu.Lock()
 		if err != nil {
 			l.rebuildDelay = min(max(2*l.rebuildDelay, time.Second), time.Minute)
@@ -67,18 +73,29 @@ func (l *Loader[K, V]) rebuild() {
 }
 
 // rebuildNow builds a fresh guard from the key source while inserts reach
-// both guards, then swaps it in.
+// both guards, then installs it, unless a change feed attached meanwhile.
 func (l *Loader[K, V]) rebuildNow(ctx context.Context) error {
-	return l.replace(ctx, func(ctx context.Context, nv *view) (int64, error) {
+	return l.rebuildWith(ctx, byKeySource, func(ctx context.Context, nv *view) (int64, error) {
 		return l.fill(ctx, nv, l.src.keys(ctx))
 	})
 }
 
-// replace builds a fresh guard with fill while inserts reach both guards,
-// then swaps it in. Rebuilds and resyncs take turns.
-func (l *Loader[K, V]) replace(ctx context.Context, fill func(context.Context, *view) (int64, error)) error {
+// builder says where a rebuild's keys come from.
+type builder int
+
+const (
+	byKeySource builder = iota // the Loader's own rebuild: a plain read of the store's keys (KeyLister)
+	byFeed                     // a change feed's Resync or Replace, ordered against its changes
+)
+
+// rebuildWith builds a fresh guard with fill while inserts reach both
+// guards, then installs it. Rebuilds and resyncs take turns.
+func (l *Loader[K, V]) rebuildWith(ctx context.Context, by builder, fill func(context.Context, *view) (int64, error)) error {
 	l.rebuildMu.Lock()
 	defer l.rebuildMu.Unlock()
+	if by == byKeySource && l.feed.Load() != nil {
+		return errFeedAttached // it asks the feed instead (see rebuild)
+	}
 	start := time.Now()
 	old := l.cur.Load()
 	ng, err := l.newGuard(old.g)
@@ -97,7 +114,7 @@ func (l *Loader[K, V]) replace(ctx context.Context, fill func(context.Context, *
 		ng.Close()
 		return wrap("rebuild", err)
 	}
-	if err := l.swapIn(nv); err != nil {
+	if err := l.install(nv, by); err != nil {
 		return err
 	}
 	l.rebuilds.Inc()
@@ -106,28 +123,39 @@ func (l *Loader[K, V]) replace(ctx context.Context, fill func(context.Context, *
 	return nil
 }
 
-// swapIn makes nv the view lookups use, ends a rebuild's shadow, and
-// closes the guard nv replaces; if the Loader is closed, it closes nv's
-// guard instead and returns ErrClosed. l.mu orders the swap against Close:
-// once Close has marked the Loader closed no guard is swapped in, so none
-// outlives Close. Lock order: writeMu, then l.mu, as in an insert that
-// triggers a rebuild. The caller holds rebuildMu, which every swap takes,
-// so the guard replaced is the one the caller found.
-func (l *Loader[K, V]) swapIn(nv *view) error {
+// install makes nv the view lookups use, ends a rebuild's shadow, and
+// closes the guard nv replaces. It installs nothing, closes nv's guard and
+// returns an error if the Loader is closed (ErrClosed), or if nv was built
+// from the key source and a change feed attached meanwhile
+// (errFeedAttached): the key source's read is not ordered against the
+// feed's changes, and a delete the feed applied after the swap could
+// remove a copy that the read never added, another key's. l.mu orders the
+// swap against Close, and writeMu against AttachFeed: once Close has
+// marked the Loader closed, or a feed has attached, no such guard is
+// installed, so none outlives Close. Lock order: writeMu, then l.mu, as in
+// an insert that triggers a rebuild. The caller holds rebuildMu, which
+// every install takes, so the guard replaced is the one the caller found.
+func (l *Loader[K, V]) install(nv *view, by builder) error {
 	l.writeMu.Lock()
 	l.mu.Lock()
-	closed := l.closed
+	var refused error
+	switch {
+	case l.closed:
+		refused = ErrClosed
+	case by == byKeySource && l.feed.Load() != nil:
+		refused = errFeedAttached
+	}
 	old := l.cur.Load()
-	if !closed {
+	if refused == nil {
 		l.cur.Store(nv)
 		l.negGen.Add(1) // after the store: see Get
 	}
 	l.shadow.Store(nil)
 	l.mu.Unlock()
 	l.writeMu.Unlock()
-	if closed {
+	if refused != nil {
 		nv.g.Close()
-		return ErrClosed
+		return refused
 	}
 	old.g.Close()
 	return nil
