@@ -38,7 +38,8 @@ func TestNilArguments(t *testing.T) {
 		{"Run(nil ctx)", "ctx is nil", func() error { return f.Run(nilCtx) }},
 		{"Install(nil ctx)", "ctx is nil", func() error { return Install(nilCtx, nil, "users", "id") }},
 		{"Install(nil conn)", "conn is nil", func() error { return Install(ctx, nil, "users", "id") }},
-		{"TagOrigin(nil tx)", "tx is nil", func() error { return TagOrigin(ctx, nil, "a") }},
+		{"Tag(nil tx)", "tx is nil", func() error { return f.Tag(ctx, nil, 1) }},
+		{"Tag(no keys)", "no keys", func() error { _, _, err := f.TagQuery(); return err }},
 		{"ReadSnapshot(nil conn)", "conn is nil", func() error { _, _, err := ReadSnapshot(ctx, nil); return err }},
 	}
 	for _, tt := range tests {

@@ -30,7 +30,7 @@ type Change struct {
 	TxID   uint64 // the writing transaction, as txid_current() saw it
 	Seq    int64  // unique per notification
 	At     int64  // when the row changed, in microseconds since 1970 (database clock)
-	Origin string // who wrote it (see TagOrigin); "" if untagged
+	Origin string // the tags of its transaction (Follower.Tag, with WithNotify): keys and who added them; "" if untagged
 	Key    string // the key as PostgreSQL prints it (::text)
 	OldKey string // for Update: the key before
 }

@@ -17,17 +17,20 @@
 // exports as it is made, so the read and the stream meet exactly: the read
 // sees the transactions that committed before the slot's consistent point,
 // the stream carries the others, in commit order. Inserts, deletes, key
-// updates and TRUNCATE are applied as they come, except the inserts of
-// transactions this process tagged ([Follower.Tag]), whose keys its Loader
-// added before writing them. A delete is applied at its transaction's
-// commit, so that a session cut inside a transaction, which the next one
-// replays, applies it once. The heartbeat, a transactional logical
-// decoding message the Follower sends itself, comes back in commit order
-// behind every change committed before it: it measures the lag and finds
-// a connection that is dead without saying so.
+// updates and TRUNCATE are applied at their transaction's commit, except
+// the inserts of the keys this process's transactions named
+// ([Follower.Tag]), which its Loader added before writing them. A session
+// cut inside a transaction applies none of it; the next one replays it
+// whole. The heartbeat, a transactional logical decoding message the
+// Follower sends itself, comes back in commit order behind every change
+// committed before it: it measures the lag, finds a connection that is
+// dead without saying so, and carries the version of the publication, so
+// that a publication changed under the Follower (a row filter, an
+// operation left out, the table dropped from it) ends "following" before
+// the hole it leaves can be served.
 //
 // [WithNotify] follows through a trigger and LISTEN/NOTIFY instead
-// ([Install] creates the trigger, [TagOrigin] tags the writes), for servers
+// ([Install] creates the trigger; [Follower.Tag] names the keys), for servers
 // without logical decoding. It costs the table's writers: a transaction
 // with a pending notification takes an instance-wide lock at commit. It
 // reads the whole table after every lost connection, under a snapshot
@@ -59,10 +62,10 @@
 //			logger.Error("follower", "error", err)
 //		}
 //	}()
-//	// The replica's own inserts go through the Loader and are tagged:
+//	// The replica's own inserts go through the Loader, and name the key:
 //	err = loader.Insert(ctx, id, func(ctx context.Context) error {
 //		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-//			if err := f.Tag(ctx, tx); err != nil {
+//			if err := f.Tag(ctx, tx, id); err != nil {
 //				return err
 //			}
 //			_, err := tx.Exec(ctx, `INSERT INTO users (id, name) VALUES ($1, $2)`, id, name)

@@ -5,6 +5,16 @@ import "errors"
 // errResync ends a session when a notification asks for a resync.
 var errResync = errors.New("postgres: resync requested")
 
+// errPublicationChanged ends a session whose marker or heartbeat says that
+// the publication changed since the session began: the next one reads
+// the table.
+var errPublicationChanged = errors.New("postgres: the publication changed")
+
+// errSlotMoved ends a session whose stream the server started past the
+// position the follower asked for (the slot had moved, or was made again,
+// since it was read): the next one reads the table.
+var errSlotMoved = errors.New("postgres: the slot had moved past the follower's position")
+
 // ErrPayload is returned by ParseChange for a payload it cannot decode.
 var ErrPayload = errors.New("postgres: malformed notification payload")
 
@@ -43,22 +53,25 @@ type ReadReason string
 
 // The reasons for a full read.
 const (
-	ReadStart          ReadReason = "start"            // the first session, without a snapshot file
-	ReadNoSnapshot     ReadReason = "snapshot_missing" // the snapshot file does not exist yet
-	ReadBadSnapshot    ReadReason = "snapshot_bad"     // the snapshot file could not be read, or is of another table or slot
-	ReadStaleSnapshot  ReadReason = "snapshot_stale"   // the slot has moved past the snapshot's position
-	ReadSlotMissing    ReadReason = "slot_missing"     // the replication slot is gone
-	ReadSlotLost       ReadReason = "slot_lost"        // the server removed WAL the slot needed (max_slot_wal_keep_size)
-	ReadRequested      ReadReason = "requested"        // the Loader asked for a fresh guard (a full shard, too high a false-positive rate)
-	ReadTruncated      ReadReason = "truncated"        // the table was truncated
-	ReadBigTransaction ReadReason = "big_transaction"  // a transaction deleted more keys than a session holds back (maxTxDeletes)
-	ReadNoResume       ReadReason = "no_resume"        // a lost connection, without a permanent slot (no origin) or with NOTIFY
-	ReadResumeFailed   ReadReason = "resume_failed"    // the stream could not be resumed from the last position
+	ReadStart          ReadReason = "start"               // the first session, without a snapshot file
+	ReadNoSnapshot     ReadReason = "snapshot_missing"    // the snapshot file does not exist yet
+	ReadBadSnapshot    ReadReason = "snapshot_bad"        // the snapshot file could not be read, or is of another table or slot
+	ReadStaleSnapshot  ReadReason = "snapshot_stale"      // the slot has moved past the snapshot's position
+	ReadSlotMissing    ReadReason = "slot_missing"        // the replication slot is gone
+	ReadSlotLost       ReadReason = "slot_lost"           // the server removed WAL the slot needed (max_slot_wal_keep_size)
+	ReadRequested      ReadReason = "requested"           // the Loader asked for a fresh guard (a full shard, too high a false-positive rate)
+	ReadTruncated      ReadReason = "truncated"           // the table was truncated
+	ReadBigTransaction ReadReason = "big_transaction"     // a transaction deleted more keys than a session holds back (maxTxKeys)
+	ReadNoResume       ReadReason = "no_resume"           // a lost connection, without a permanent slot (no origin) or with NOTIFY
+	ReadResumeFailed   ReadReason = "resume_failed"       // the stream could not be resumed from the last position
+	ReadSlotMoved      ReadReason = "slot_moved"          // the slot had moved past the position (made again, or moved by another process)
+	ReadPublication    ReadReason = "publication_changed" // the publication changed since the guard's changes were decoded
 )
 
 // ReadReasons lists every [ReadReason].
 var ReadReasons = []ReadReason{ReadStart, ReadNoSnapshot, ReadBadSnapshot, ReadStaleSnapshot,
-	ReadSlotMissing, ReadSlotLost, ReadRequested, ReadTruncated, ReadBigTransaction, ReadNoResume, ReadResumeFailed}
+	ReadSlotMissing, ReadSlotLost, ReadRequested, ReadTruncated, ReadBigTransaction, ReadNoResume, ReadResumeFailed,
+	ReadSlotMoved, ReadPublication}
 
 // Reason says why a session of a Follower ended in an error: the value of
 // [FollowerStats.LastErrorReason], the key of
@@ -78,12 +91,13 @@ const (
 	ReasonNotification    Reason = "notification"     // a change could not be decoded or applied
 	ReasonSetup           Reason = "setup"            // logical decoding is not available, or the table not published: ErrLogicalUnavailable, ErrNotPublished
 	ReasonSlot            Reason = "slot"             // the replication slot could not be made, read or used (say, another process streams from it)
+	ReasonPublication     Reason = "publication"      // the publication changed while the session followed: the next one reads the table
 )
 
 // Reasons lists every [Reason], for metrics that export one series each.
 var Reasons = []Reason{ReasonConnect, ReasonListen, ReasonNotInstalled, ReasonResync,
 	ReasonNoNotifications, ReasonConnectionLost, ReasonHeartbeatLost, ReasonNotification,
-	ReasonSetup, ReasonSlot}
+	ReasonSetup, ReasonSlot, ReasonPublication}
 
 // sessionError is why a session ended.
 type sessionError struct {
@@ -107,3 +121,11 @@ func reasonOf(err error) Reason {
 	}
 	return ReasonConnectionLost // not tagged: a connection's error
 }
+
+// ErrKeyNotIdentity is returned by [Publish] and [Follower.Run] when the
+// follower's key column is not the table's replica identity (its primary
+// key, or REPLICA IDENTITY USING INDEX of a unique index on the column): a
+// delete sends only the replica identity's columns, so the follower could
+// not tell which key it removed. Follow the table by its primary key, or
+// make a unique index of the key column its replica identity.
+var ErrKeyNotIdentity = errors.New("postgres: the follower's key column is not the table's replica identity")

@@ -70,10 +70,12 @@ func ExampleFollower() {
 		}
 	}()
 
-	// This replica's writes go through the Loader and carry its origin.
+	// This replica's inserts go through the Loader, and their
+	// transactions name the key the Loader added: the follower skips
+	// that insert, and applies any other row the transaction writes.
 	err = loader.Insert(ctx, 42, func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if err := f.Tag(ctx, tx); err != nil {
+			if err := f.Tag(ctx, tx, 42); err != nil {
 				return err
 			}
 			_, err := tx.Exec(ctx, `INSERT INTO users (id, name) VALUES (42, 'Ada')`)

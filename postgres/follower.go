@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cuckooguard/cuckooguard/guarded"
@@ -100,11 +99,13 @@ type Follower[K comparable] struct {
 	snapEvery time.Duration
 	log       *slog.Logger
 
+	keyText func(K) string // a key's text form, for Tag (WithKeyText)
+
 	// Touched by Run's goroutine only.
-	feed     *guarded.Feed[K]
-	slot     string     // the permanent replication slot, once known; "" without an origin
-	pos      position   // logical decoding: what the guard reflects
-	needRead ReadReason // why the next session must read the whole table; "" if it may resume
+	feed         *guarded.Feed[K]
+	pos          position   // logical decoding: what the guard reflects
+	pending      ReadReason // why the next session must read the whole table; "" if it may resume (see decide)
+	degradedSaid bool       // the refusal to save a degraded guard was logged
 
 	state       atomic.Int32
 	rtt         atomic.Int64 // nanoseconds: the round trip of the last heartbeat (or marker) back
@@ -119,6 +120,7 @@ type Follower[K comparable] struct {
 	pid         atomic.Uint32
 	lastApplied atomic.Int64  // unix nanoseconds
 	lastBeat    atomic.Int64  // unix nanoseconds of the last heartbeat that came back
+	currentAsOf atomic.Int64  // unix nanoseconds: every change committed before it has been applied (when the last heartbeat back was sent)
 	appliedLSN  atomic.Uint64 // pos.applied, published
 	flushedLSN  atomic.Uint64 // the position last confirmed to the server
 	retained    atomic.Int64  // bytes of WAL the slot holds, as last read
@@ -129,14 +131,6 @@ type Follower[K comparable] struct {
 	lastErr     error
 	byReason    map[Reason]int64
 	reads       map[ReadReason]int64
-}
-
-// position is where a logical-decoding Follower stands in the stream.
-type position struct {
-	valid     bool          // the guard reflects exactly the changes up to applied
-	applied   pglogrepl.LSN // the end of the last transaction applied (or passed by, with nothing of the table in it)
-	persisted pglogrepl.LSN // the position of the snapshot file last written; 0 if none
-	saved     time.Time     // when the snapshot file was last written, or the position last made valid
 }
 
 // NewFollower returns a Follower that applies the changes of table's
@@ -176,8 +170,11 @@ func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, p
 		origin: c.origin, backoff: c.backoff, maxLag: c.maxLag, heartbeat: c.heartbeat, deadline: c.deadline,
 		notify: c.notify, snapPath: c.snapshotPath, snapEvery: c.snapshotInterval, log: c.logger,
 		byReason: make(map[Reason]int64), reads: make(map[ReadReason]int64)}
-	tag := c.origin
-	if c.origin != "" && !c.notify {
+	if f.keyText, err = keyTextFor[K](c.keyText); err != nil {
+		return nil, err
+	}
+	tag := ""
+	if c.origin != "" {
 		tag = newRunTag(c.origin)
 	}
 	f.tag.Store(&tag)
@@ -225,7 +222,7 @@ func (f *Follower[K]) Run(ctx context.Context) error {
 	f.feed = feed
 	defer feed.Detach()
 	f.unconfirmed.CompareAndSwap(0, time.Now().UnixNano()) // nothing confirmed yet
-	f.needRead = ReadStart
+	f.pending = ReadStart
 	defer f.saveOnExit()
 	b := newBackoff(f.backoff, MaxBackoff)
 	var logged Reason // the reason last logged; "" after a healthy session
@@ -247,16 +244,20 @@ func (f *Follower[K]) Run(ctx context.Context) error {
 		}
 		switch {
 		case errors.Is(err, errResync):
-			f.needRead = ReadRequested
+			f.require(ReadRequested)
 			continue
 		case errors.Is(err, errTruncated):
-			f.needRead = ReadTruncated
+			f.require(ReadTruncated)
 			continue
 		case errors.Is(err, errBigTransaction):
-			f.needRead = ReadBigTransaction
+			f.require(ReadBigTransaction)
 			continue
-		case f.needRead == "" && (f.notify || f.origin == ""):
-			f.needRead = ReadNoResume // the stream cannot be resumed
+		case errors.Is(err, errPublicationChanged):
+			// Passes through now; the next session reads the table, once
+			// the publication sends what the follower needs again.
+			f.require(ReadPublication)
+		case f.notify || f.origin == "":
+			f.require(ReadNoResume) // the stream cannot be resumed
 		}
 		reason := reasonOf(err)
 		f.failures.Add(1)
@@ -331,74 +332,4 @@ func (f *Follower[K]) read(ctx context.Context, reason ReadReason, keys int64, t
 	f.log.LogAttrs(ctx, slog.LevelInfo, "cuckooguard: follower read the table",
 		slog.String("table", f.table), slog.String("reason", string(reason)),
 		slog.Int64("keys", keys), slog.Duration("took", took))
-}
-
-// Tag marks the writes of transaction tx as this process's own, for the
-// rest of tx: the Follower skips the inserts among them, because the
-// Loader added their keys before writing them. Call it first in every
-// transaction that runs inside guarded.Loader.Insert, and only there: a
-// tagged insert made around the Loader would be missing from this
-// process's guard. An untagged write through the Loader costs an extra
-// copy of its key (a false positive), and so does a tag after the insert.
-// Without an origin ([WithOrigin]) Tag does nothing. With database/sql,
-// run the statement of [Follower.TagQuery] in the transaction.
-func (f *Follower[K]) Tag(ctx context.Context, tx pgx.Tx) error {
-	switch {
-	case ctx == nil:
-		return errors.New("postgres: Tag: ctx is nil")
-	case tx == nil:
-		return errors.New("postgres: Tag: tx is nil")
-	case *f.tag.Load() == "":
-		return nil
-	}
-	q, arg := f.TagQuery()
-	if _, err := tx.Exec(ctx, q, arg); err != nil {
-		return fmt.Errorf("postgres: tag: %w", err)
-	}
-	return nil
-}
-
-// TagQuery returns the statement that [Follower.Tag] runs, with its one
-// argument, for drivers other than pgx: for example
-// tx.ExecContext(ctx, query, arg) with database/sql. Through logical
-// decoding it emits a transactional message that names this Follower's
-// origin and run (pg_logical_emit_message); with [WithNotify] it sets the
-// setting the trigger reads (the same as [TagOrigin]).
-func (f *Follower[K]) TagQuery() (query, arg string) {
-	tag := *f.tag.Load()
-	if f.notify {
-		return `SELECT set_config('cuckooguard.origin', $1, true)`, tag
-	}
-	return `SELECT pg_logical_emit_message(true, 'cuckooguard.origin', $1)`, tag
-}
-
-// connect opens a connection, within the heartbeat deadline: a database
-// that does not answer is a failure like any other.
-func (f *Follower[K]) connect(ctx context.Context, role string) (*pgx.Conn, error) {
-	cctx, cancel := context.WithTimeout(ctx, f.deadline)
-	defer cancel()
-	conf := f.conf.Copy()
-	f.name(conf.RuntimeParams, role)
-	// No prepared statements: through a pooler (PgBouncer), one server
-	// connection serves many clients, whose cached statements collide
-	// ("prepared statement stmtcache_… already exists"). The follower's
-	// few statements gain nothing from preparing.
-	conf.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-	c, err := pgx.ConnectConfig(cctx, conf)
-	if err != nil {
-		return nil, failed(ReasonConnect, fmt.Errorf("postgres: follower connect: %w", err))
-	}
-	return c, nil
-}
-
-// name sets the application_name that pg_stat_activity shows for a
-// connection of role, unless the DSN sets one.
-func (f *Follower[K]) name(params map[string]string, role string) {
-	if params["application_name"] == "" {
-		name := "cuckooguard follower " + role
-		if f.origin != "" {
-			name += " " + f.origin
-		}
-		params["application_name"] = name // PostgreSQL truncates it to 63 bytes
-	}
 }

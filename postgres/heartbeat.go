@@ -26,6 +26,7 @@ import (
 // The token tells this session's from other sessions' and followers'.
 type session struct {
 	hb        heartbeats
+	pub       string          // the publication's version when the session began; "" with NOTIFY
 	next      time.Time       // the next heartbeat is due
 	beats     chan string     // payloads for the sender goroutine
 	loopCtx   context.Context // ends when a heartbeat cannot be sent, or ctx ends
@@ -44,12 +45,13 @@ func newToken() string {
 // deadline, and the session's loop must keep watching the lag meanwhile.
 // A failed send ends the session through loopCtx. Call s.stop when the
 // session ends, before send's connection closes.
-func (f *Follower[K]) startSession(ctx context.Context, token string, following *time.Time, send func(ctx context.Context, payload string) error) (*session, error) {
-	s := &session{hb: heartbeats{session: token}, beats: make(chan string, 1), following: following}
+func (f *Follower[K]) startSession(ctx context.Context, token, pub string, following *time.Time, send func(ctx context.Context, payload string) error) (*session, error) {
+	s := &session{hb: heartbeats{session: token}, pub: pub, beats: make(chan string, 1), following: following}
+	sent := time.Now() // before: what commits before the marker committed before it
 	if err := send(ctx, "S "+token); err != nil {
 		return nil, failed(ReasonConnectionLost, err)
 	}
-	s.hb.markerSent = time.Now()
+	s.hb.markerSent = sent
 	s.hb.last = s.hb.markerSent
 	s.next = s.hb.markerSent.Add(f.heartbeat)
 	s.loopCtx, s.endLoop = context.WithCancelCause(ctx)
@@ -78,8 +80,6 @@ func (s *session) stop() {
 	s.senders.Wait()
 }
 
-// wakeCtx returns the context the session's next wait for the stream runs
-// under: it ends when the session must look at its heartbeats.
 // waitEnded returns why the session ends after one wait on the server
 // (op names it) that returned err: ctx ended, the heartbeat loop ended
 // (its cause), or the connection failed. A wait that timed out, to wake
@@ -96,30 +96,48 @@ func (s *session) waitEnded(ctx context.Context, op string, err error) error {
 	return nil
 }
 
+// wakeCtx returns the context the session's next wait for the stream runs
+// under: it ends when the session must look at its heartbeats.
 func (f *Follower[K]) wakeCtx(s *session) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(s.loopCtx, f.wake(&s.hb, s.next))
 }
 
 // control handles a payload of a marker or a heartbeat that arrived at
-// now. It reports false for any other payload.
-func (f *Follower[K]) control(s *session, payload string, now time.Time) bool {
+// now. It reports false for any other payload. Through logical decoding a
+// payload ends in the version of the publication when it was sent
+// (publicationVersion): a marker or heartbeat of this session that says
+// the publication changed since the session began ends it
+// (errPublicationChanged), before it can confirm anything, because the
+// changes after the change may have been kept out of the stream.
+func (f *Follower[K]) control(s *session, payload string, now time.Time) (bool, error) {
 	op, rest, _ := strings.Cut(payload, " ")
+	rest, version, versioned := strings.Cut(rest, " ")
 	switch op {
 	case "S":
-		if rest == s.hb.session && State(f.state.Load()) == Resyncing {
+		if rest != s.hb.session {
+			return true, nil // another session's marker
+		}
+		if versioned && version != s.pub {
+			return true, changed(s.pub, version)
+		}
+		if State(f.state.Load()) == Resyncing {
 			// The marker went through the database and back behind every
 			// change committed before it: a heartbeat's round trip.
 			s.hb.rtt = now.Sub(s.hb.markerSent)
+			s.hb.confirmedAt = s.hb.markerSent
 			f.confirm(&s.hb)
 			f.feed.MarkReady()
 			f.state.Store(int32(Following))
 			*s.following = now
 		}
-		return true // or another session's marker
+		return true, nil
 	case "H":
 		token, seqText, _ := strings.Cut(rest, "-")
 		if token != s.hb.session {
-			return true // another session's
+			return true, nil // another session's
+		}
+		if versioned && version != s.pub {
+			return true, changed(s.pub, version)
 		}
 		if seq, err := strconv.ParseInt(seqText, 10, 64); err == nil && s.hb.back(seq, now) {
 			f.lastBeat.Store(now.UnixNano())
@@ -127,9 +145,15 @@ func (f *Follower[K]) control(s *session, payload string, now time.Time) bool {
 				f.confirm(&s.hb)
 			}
 		}
-		return true
+		return true, nil
 	}
-	return false
+	return false, nil
+}
+
+// changed is the error of a session whose marker or heartbeat found the
+// publication at version now, not was.
+func changed(was, now string) error {
+	return failed(ReasonPublication, fmt.Errorf("%w: the stream's publication changed while the follower followed (version %s, was %s): changes after it may be missing", errPublicationChanged, now, was))
 }
 
 // tick runs after every wait of the session, at now: it ends the session
@@ -197,12 +221,13 @@ func earliest(a, b time.Time) time.Time {
 
 // heartbeats is what a session knows of its heartbeats.
 type heartbeats struct {
-	session    string        // this session's token
-	seq        int64         // of the last heartbeat sent
-	out        []beat        // sent and not back yet, oldest first
-	rtt        time.Duration // of the last one back
-	last       time.Time     // when anything last arrived on the stream
-	markerSent time.Time
+	session     string        // this session's token
+	seq         int64         // of the last heartbeat sent
+	out         []beat        // sent and not back yet, oldest first
+	rtt         time.Duration // of the last one back
+	last        time.Time     // when anything last arrived on the stream
+	markerSent  time.Time
+	confirmedAt time.Time // when the last marker or heartbeat back was sent: every change committed before it is applied
 }
 
 type beat struct {
@@ -215,6 +240,7 @@ func (hb *heartbeats) back(seq int64, now time.Time) bool {
 	for i, b := range hb.out {
 		if b.seq == seq {
 			hb.rtt = now.Sub(b.sent)
+			hb.confirmedAt = b.sent
 			hb.out = hb.out[i+1:] // the stream is in commit order: older ones are lost or late
 			return true
 		}
@@ -227,6 +253,7 @@ func (hb *heartbeats) back(seq int64, now time.Time) bool {
 // out (none: every change committed before the last one back is applied).
 func (f *Follower[K]) confirm(hb *heartbeats) {
 	f.rtt.Store(int64(hb.rtt))
+	f.currentAsOf.Store(hb.confirmedAt.UnixNano())
 	var since int64
 	if len(hb.out) > 0 {
 		since = hb.out[0].sent.UnixNano()

@@ -156,31 +156,3 @@ func checkInstalled(ctx context.Context, conn *pgx.Conn, table string) error {
 func quoteLiteral(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }
-
-// TagOrigin marks the writes of transaction tx as made by origin (a
-// replica's id), for a [WithNotify] Follower ([Follower.Tag] does this for
-// either kind), for the rest of tx: the notifications they cause carry
-// it, and the follower of that replica skips the inserts among them,
-// because its own guarded.Loader added their keys before writing. Tag only
-// transactions that run inside guarded.Loader.Insert or
-// guarded.Loader.Delete: a tagged insert made around the Loader would be
-// missing from this replica's guard. An untagged write through the Loader
-// costs only an extra copy of its key (a false positive). With database/sql, run the same
-// statement in the transaction: SELECT set_config('cuckooguard.origin', $1, true).
-func TagOrigin(ctx context.Context, tx pgx.Tx, origin string) error {
-	switch {
-	case ctx == nil:
-		return errors.New("postgres: TagOrigin: ctx is nil")
-	case tx == nil:
-		return errors.New("postgres: TagOrigin: tx is nil")
-	}
-	if _, err := tx.Exec(ctx, `SELECT set_config('cuckooguard.origin', $1, true)`, origin); err != nil {
-		return fmt.Errorf("postgres: tag origin: %w", err)
-	}
-	return nil
-}
-
-// sanitizeTable quotes a possibly schema-qualified table name.
-func sanitizeTable(table string) string {
-	return pgx.Identifier(strings.Split(table, ".")).Sanitize()
-}

@@ -44,17 +44,22 @@ func (f *Follower[K]) followNotify(ctx context.Context, following *time.Time) er
 		}
 		return failed(ReasonResync, err)
 	}
-	start := time.Now()
-	sn, n, err := f.readNotify(ctx, sender)
+	rel, err := resolve(ctx, sender, f.table)
 	if err != nil {
 		return failed(ReasonResync, err)
 	}
-	f.read(ctx, f.needRead, n, time.Since(start))
-	f.needRead = ""
+	start := time.Now()
+	sn, n, err := f.readNotify(ctx, sender, rel)
+	if err != nil {
+		return failed(ReasonResync, err)
+	}
+	f.read(ctx, cmpOr(f.pending, ReadNoResume), n, time.Since(start))
+	f.streamStarted()
+	var own ownInserts[K]
 	// The Loader stays invalid until the marker sent after the read comes
 	// back: every change committed during the read arrives before it and
 	// is applied first. If it never comes, the connection cannot LISTEN.
-	s, err := f.startSession(ctx, newToken(), following, func(ctx context.Context, payload string) error {
+	s, err := f.startSession(ctx, newToken(), "", following, func(ctx context.Context, payload string) error {
 		return f.notifyPayload(ctx, sender, payload)
 	})
 	if err != nil {
@@ -72,8 +77,8 @@ func (f *Follower[K]) followNotify(ctx context.Context, following *time.Time) er
 		}
 		if err == nil {
 			s.hb.last = now
-			if !f.control(s, n.Payload, now) {
-				if err := f.notification(n.Payload, sn, now); err != nil {
+			if control, _ := f.control(s, n.Payload, now); !control {
+				if err := f.notification(n.Payload, sn, &own, now); err != nil {
 					return failed(ReasonNotification, err)
 				}
 			}
@@ -100,8 +105,16 @@ func (f *Follower[K]) noMarker(ctx context.Context, listen *pgx.Conn, waited tim
 		ErrNoNotifications, waited.Round(time.Millisecond)))
 }
 
+// ownInserts is what a NOTIFY follower knows of this process's own
+// inserts in the transaction whose notifications it reads: the keys its
+// tags name, each to be skipped once.
+type ownInserts[K comparable] struct {
+	tx   uint64
+	keys map[K]int
+}
+
 // notification applies one payload of the trigger.
-func (f *Follower[K]) notification(payload string, sn Snapshot, now time.Time) error {
+func (f *Follower[K]) notification(payload string, sn Snapshot, own *ownInserts[K], now time.Time) error {
 	c, err := ParseChange(payload)
 	if err != nil {
 		return err // a payload we do not understand: start over
@@ -112,12 +125,24 @@ func (f *Follower[K]) notification(payload string, sn Snapshot, now time.Time) e
 	case Marker, Heartbeat:
 		return nil // control handles this session's; these are others'
 	}
-	// Skip what the read saw, and this process's own inserts (its Loader
-	// added them before writing). Its own deletes and updates are applied
-	// here: the Loader's Delete removes nothing while a feed is attached.
-	if tag := *f.tag.Load(); sn.Visible(c.TxID) || (tag != "" && c.Origin == tag && c.Op == Insert) {
+	// Skip what the read saw, and this process's own inserts: the keys
+	// its tags name (the trigger copies them into every notification of
+	// the transaction), each once, since its Loader added them. Its own
+	// deletes and updates are applied here: the Loader's Delete removes
+	// nothing while a feed is attached.
+	if sn.Visible(c.TxID) {
 		f.skipped.Add(1)
 		return nil
+	}
+	if c.Op == Insert {
+		if own.tx != c.TxID {
+			own.tx, own.keys = c.TxID, f.ownKeys([][]byte{[]byte(c.Origin)})
+		}
+		if k, err := f.parse(c.Key); err == nil && own.keys[k] > 0 {
+			own.keys[k]--
+			f.skipped.Add(1)
+			return nil
+		}
 	}
 	if c.Op == Update {
 		if err := f.apply(c.OldKey, true); err != nil {
@@ -162,7 +187,7 @@ func (f *Follower[K]) notifyPayload(ctx context.Context, c *pgx.Conn, payload st
 // either committed before the snapshot (and the read sees it) or reaches
 // the fresh guard directly. Taken earlier, an insert that had added its key
 // to the old guard only and committed after the snapshot would be lost.
-func (f *Follower[K]) readNotify(ctx context.Context, reader *pgx.Conn) (Snapshot, int64, error) {
+func (f *Follower[K]) readNotify(ctx context.Context, reader *pgx.Conn, rel relation) (Snapshot, int64, error) {
 	var sn Snapshot
 	var n int64
 	err := f.feed.Resync(ctx, func(ctx context.Context, add func(K) error) error {
@@ -172,7 +197,7 @@ func (f *Follower[K]) readNotify(ctx context.Context, reader *pgx.Conn) (Snapsho
 		}
 		defer tx.Rollback(context.WithoutCancel(ctx))
 		sn = s
-		n, err = f.scan(ctx, tx, add)
+		n, err = f.scan(ctx, tx, rel, add)
 		return err
 	})
 	if err != nil {
@@ -184,23 +209,26 @@ func (f *Follower[K]) readNotify(ctx context.Context, reader *pgx.Conn) (Snapsho
 	return sn, n, nil
 }
 
-// scan reads every key of the table in tx into add, and returns how many.
-func (f *Follower[K]) scan(ctx context.Context, tx pgx.Tx, add func(K) error) (int64, error) {
-	query := fmt.Sprintf("SELECT %s::text FROM %s", pgx.Identifier{f.key}.Sanitize(), sanitizeTable(f.table))
-	rows, err := tx.Query(ctx, query)
+// scan reads every key of rel in tx into add, and returns how many. The
+// keys are read as the type's output function prints them, which is how
+// the change stream carries them (the connection's simple protocol
+// returns text): a key's ::text may differ (a char(n) loses its padding,
+// an inet host gains /32), and would be another key.
+func (f *Follower[K]) scan(ctx context.Context, tx pgx.Tx, rel relation, add func(K) error) (int64, error) {
+	rows, err := tx.Query(ctx, fmt.Sprintf("SELECT %s FROM %s", pgx.Identifier{f.key}.Sanitize(), rel.from()))
 	if err != nil {
 		return 0, err
 	}
 	defer rows.Close()
 	var n int64
 	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			return n, err
+		if fds := rows.FieldDescriptions(); n == 0 && (len(fds) != 1 || fds[0].Format != pgx.TextFormatCode) {
+			return 0, errors.New("postgres: follower read: the key column did not come back as text")
 		}
-		k, err := f.parse(s)
+		text := rows.RawValues()[0]
+		k, err := f.parse(string(text))
 		if err != nil {
-			return n, fmt.Errorf("parse key %q: %w", s, err)
+			return n, fmt.Errorf("parse key %q: %w", text, err)
 		}
 		if err := add(k); err != nil {
 			return n, err

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"fmt"
 	"log/slog"
 	"time"
 )
@@ -18,6 +19,7 @@ type config struct {
 	notify           bool
 	snapshotPath     string
 	snapshotInterval time.Duration
+	keyText          any // func(K) string of the Follower's K; nil: keyTextOf
 }
 
 // Defaults of the Follower options.
@@ -140,4 +142,29 @@ func WithSnapshotFile(path string) Option {
 // per million keys) and pauses applying changes meanwhile.
 func WithSnapshotInterval(d time.Duration) Option {
 	return func(c *config) { c.snapshotInterval = d }
+}
+
+// WithKeyText sets how [Follower.Tag] writes a key of type K as text, for
+// key types whose default form does not read back through the Follower's
+// parse function. The default writes a string as it is, an integer in
+// decimal, and anything else as fmt.Sprint prints it (a fmt.Stringer's
+// String: a UUID's canonical form). The Follower compares keys, not
+// texts: parse(text(k)) must give k. NewFollower returns an error for a
+// function of another key type than its own.
+func WithKeyText[K comparable](text func(K) string) Option {
+	return func(c *config) { c.keyText = text }
+}
+
+// keyTextFor returns the key text function of c.keyText, which must be a
+// func(K) string or nil (the default, keyTextOf).
+func keyTextFor[K comparable](v any) (func(K) string, error) {
+	if v == nil {
+		return keyTextOf[K](), nil
+	}
+	text, ok := v.(func(K) string)
+	if !ok || text == nil {
+		var zero K
+		return nil, fmt.Errorf("postgres: WithKeyText needs a func(%T) string, the Follower's key type; got %T", zero, v)
+	}
+	return text, nil
 }

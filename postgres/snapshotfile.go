@@ -19,14 +19,22 @@ import (
 // which checksums itself):
 //
 //	magic "CGFS", version uint16, reserved uint16, LSN uint64,
-//	slot, table and key column, each a uint16 length and its bytes,
+//	the slot's creation LSN uint64,
+//	system identifier, database, slot, table, key column and publication
+//	version, each a uint16 length and its bytes,
 //	CRC-32C of everything before it, uint32
 //
 // all little-endian. The LSN is the end of the last transaction the guard
-// reflects: the Follower streams from it.
+// reflects: the Follower streams from it. The system identifier,
+// database, slot name and creation LSN name the slot instance whose
+// stream the LSN is a position in (slotID): a file of another cluster, or
+// of a slot since made again, is not used. The publication version says
+// under which publication the guard's changes were decoded
+// (publicationVersion). Version 1 files (without them) are refused: the
+// follower reads the table instead.
 const (
 	snapFileMagic   = "CGFS"
-	snapFileVersion = 1
+	snapFileVersion = 2
 )
 
 // errSnapshotFile wraps every reason a snapshot file cannot be used.
@@ -34,8 +42,10 @@ var errSnapshotFile = errors.New("postgres: snapshot file")
 
 // snapFile is what a snapshot file says of itself.
 type snapFile struct {
-	lsn              pglogrepl.LSN
-	slot, table, key string
+	lsn        pglogrepl.LSN
+	slot       slotID
+	table, key string
+	pubVersion string
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -86,16 +96,22 @@ func writeSnapshotFile(path string, h snapFile, g *guard.Guard) (n int64, err er
 
 // marshal returns h's header bytes, checksum included.
 func (h snapFile) marshal() []byte {
-	b := make([]byte, 0, 64)
+	b := make([]byte, 0, 128)
 	b = append(b, snapFileMagic...)
 	b = binary.LittleEndian.AppendUint16(b, snapFileVersion)
 	b = binary.LittleEndian.AppendUint16(b, 0)
 	b = binary.LittleEndian.AppendUint64(b, uint64(h.lsn))
-	for _, s := range []string{h.slot, h.table, h.key} {
-		b = binary.LittleEndian.AppendUint16(b, uint16(len(s)))
-		b = append(b, s...)
+	b = binary.LittleEndian.AppendUint64(b, uint64(h.slot.created))
+	for _, s := range h.fields() {
+		b = binary.LittleEndian.AppendUint16(b, uint16(min(len(*s), 1<<16-1)))
+		b = append(b, (*s)[:min(len(*s), 1<<16-1)]...)
 	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+// fields returns the header's strings, in their order in the file.
+func (h *snapFile) fields() []*string {
+	return []*string{&h.slot.system, &h.slot.database, &h.slot.name, &h.table, &h.key, &h.pubVersion}
 }
 
 // readSnapshotFile reads the snapshot file at path: its header, and the
@@ -112,7 +128,7 @@ func readSnapshotFile(path string, opts ...guard.Option) (snapFile, *guard.Guard
 	bad := func(why string, args ...any) (snapFile, *guard.Guard, error) {
 		return snapFile{}, nil, fmt.Errorf("%w %s: %s", errSnapshotFile, path, fmt.Sprintf(why, args...))
 	}
-	fixed := make([]byte, 16)
+	fixed := make([]byte, 24)
 	if _, err := io.ReadFull(r, fixed); err != nil {
 		return bad("header: %v", err)
 	}
@@ -123,8 +139,9 @@ func readSnapshotFile(path string, opts ...guard.Option) (snapFile, *guard.Guard
 		return bad("version %d, want %d", v, snapFileVersion)
 	}
 	h := snapFile{lsn: pglogrepl.LSN(binary.LittleEndian.Uint64(fixed[8:]))}
+	h.slot.created = pglogrepl.LSN(binary.LittleEndian.Uint64(fixed[16:]))
 	hdr := fixed
-	var fields [3]string
+	fields := h.fields()
 	for i := range fields {
 		var lb [2]byte
 		if _, err := io.ReadFull(r, lb[:]); err != nil {
@@ -135,7 +152,7 @@ func readSnapshotFile(path string, opts ...guard.Option) (snapFile, *guard.Guard
 			return bad("header: %v", err)
 		}
 		hdr = append(append(hdr, lb[:]...), s...)
-		fields[i] = string(s)
+		*fields[i] = string(s)
 	}
 	var sum [4]byte
 	if _, err := io.ReadFull(r, sum[:]); err != nil {
@@ -144,10 +161,26 @@ func readSnapshotFile(path string, opts ...guard.Option) (snapFile, *guard.Guard
 	if binary.LittleEndian.Uint32(sum[:]) != crc32.Checksum(hdr, castagnoli) {
 		return bad("header checksum mismatch")
 	}
-	h.slot, h.table, h.key = fields[0], fields[1], fields[2]
 	g, err := guard.Restore(r, opts...)
 	if err != nil {
 		return bad("guard: %v", err)
 	}
 	return h, g, nil
+}
+
+// removeSnapshotFile removes the snapshot file at path, if there is one,
+// durably: the directory is synced, so that a crash does not bring it
+// back (best effort where the file system cannot sync a directory).
+func removeSnapshotFile(path string) error {
+	if err := os.Remove(path); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("%w: %w", errSnapshotFile, err)
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
 }

@@ -11,6 +11,9 @@ import (
 	"github.com/jackc/pglogrepl"
 )
 
+// testSlot is the slot instance of the tests' snapshot files.
+var testSlot = slotID{system: "7212345678901234567", database: "app", name: "cg_1_a", created: 0x1_0000_0000}
+
 // snapshotBytes returns the bytes of a snapshot file of a guard holding
 // keys 0..n-1 (as strings), at lsn.
 func snapshotBytes(t testing.TB, n int, lsn uint64) []byte {
@@ -24,7 +27,7 @@ func snapshotBytes(t testing.TB, n int, lsn uint64) []byte {
 		g.AddString(strconv.Itoa(i))
 	}
 	path := filepath.Join(t.TempDir(), "s.guard")
-	if _, err := writeSnapshotFile(path, snapFile{lsn: pglogrepl.LSN(lsn), slot: "cg_1_a", table: "app.users", key: "id"}, g); err != nil {
+	if _, err := writeSnapshotFile(path, snapFile{lsn: pglogrepl.LSN(lsn), slot: testSlot, table: "app.users", key: "id", pubVersion: "1.2/3.4//"}, g); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(path)
@@ -47,7 +50,7 @@ func TestSnapshotFileRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h := snapFile{lsn: 0x1_2345_6789, slot: "cg_1_a", table: "app.users", key: "id"}
+	h := snapFile{lsn: 0x1_2345_6789, slot: testSlot, table: "app.users", key: "id", pubVersion: "1.2/3.4//"}
 	for range 2 { // the second write replaces the first
 		if _, err := writeSnapshotFile(path, h, g); err != nil {
 			t.Fatal(err)
@@ -96,7 +99,7 @@ func TestSnapshotFileRejects(t *testing.T) {
 	for n := 0; n < len(good); n += max(1, len(good)/200) {
 		check("cut at "+strconv.Itoa(n), good[:n])
 	}
-	hdr := 16 + 2 + len("cg_1_a") + 2 + len("app.users") + 2 + len("id") + 4
+	hdr := len(snapFile{slot: testSlot, table: "app.users", key: "id", pubVersion: "1.2/3.4//"}.marshal())
 	for i := range hdr {
 		b := append([]byte(nil), good...)
 		b[i] ^= 0x55

@@ -18,6 +18,7 @@ type FollowerStats struct {
 	Heartbeats     int64         // heartbeats sent
 	HeartbeatsLost int64         // sessions given up because nothing came back within the deadline
 	LastHeartbeat  time.Time     // when the last heartbeat came back
+	CurrentAsOf    time.Time     // every change committed before it has been applied: when the last heartbeat (or marker) back was sent; zero before the first
 	LastApplied    time.Time     // when the last change was applied
 	RetryDelay     time.Duration // the wait before the last reconnect (see WithBackoff)
 
@@ -88,6 +89,9 @@ func (f *Follower[K]) Stats() FollowerStats {
 	}
 	if ns := f.lastBeat.Load(); ns != 0 {
 		st.LastHeartbeat = time.Unix(0, ns)
+	}
+	if ns := f.currentAsOf.Load(); ns != 0 {
+		st.CurrentAsOf = time.Unix(0, ns)
 	}
 	if ns := f.lastApplied.Load(); ns != 0 {
 		st.LastApplied = time.Unix(0, ns)

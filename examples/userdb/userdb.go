@@ -41,12 +41,12 @@ type DB struct {
 	Lookups      atomic.Int64 // SELECT ... WHERE id = $1 queries run
 	BatchLookups atomic.Int64 // LookupMany calls
 
-	// Tag, if set, gives the statement and its argument that tag the
-	// transaction of every Insert on PostgreSQL as this process's own
-	// (postgres.Follower.TagQuery), so that its follower skips their
-	// inserts: its Loader added their keys already. Set it only when every
-	// Insert runs inside guarded.Loader.Insert.
-	Tag func() (query, arg string)
+	// Tag, if set, gives the statement and its arguments that name, in
+	// the transaction of an Insert on PostgreSQL, the key this process's
+	// Loader added (postgres.Follower.TagQuery), so that its follower
+	// skips that insert. Set it only when every Insert runs inside
+	// guarded.Loader.Insert.
+	Tag func(ids ...int64) (query string, args []any, err error)
 }
 
 // DefaultSQLitePath is where Open keeps the SQLite database when dsn is "".
@@ -255,17 +255,22 @@ func (d *DB) Insert(ctx context.Context, u User) error {
 	return nil
 }
 
-// insertTagged runs insert in a transaction tagged by d.Tag, first, as
-// postgres.Follower.Tag does for pgx.
+// insertTagged runs insert in a transaction that names u's key with d.Tag,
+// as postgres.Follower.Tag does for pgx.
 func (d *DB) insertTagged(ctx context.Context, insert string, u User) (sql.Result, error) {
 	tx, err := d.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Rollback()
-	q, arg := d.Tag()
-	if _, err := tx.ExecContext(ctx, q, arg); err != nil {
+	q, args, err := d.Tag(u.ID)
+	if err != nil {
 		return nil, err
+	}
+	if q != "" { // "" without an origin: nothing to tag
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return nil, err
+		}
 	}
 	res, err := tx.ExecContext(ctx, insert, u.ID, u.Name)
 	if err != nil {

@@ -1,0 +1,79 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// connect opens a connection, within the heartbeat deadline: a database
+// that does not answer is a failure like any other.
+func (f *Follower[K]) connect(ctx context.Context, role string) (*pgx.Conn, error) {
+	cctx, cancel := context.WithTimeout(ctx, f.deadline)
+	defer cancel()
+	conf := f.conf.Copy()
+	f.name(conf.RuntimeParams, role)
+	// No prepared statements: through a pooler (PgBouncer), one server
+	// connection serves many clients, whose cached statements collide
+	// ("prepared statement stmtcache_… already exists"). The follower's
+	// few statements gain nothing from preparing.
+	// It also makes every result text, printed by the type's output
+	// function, as the change stream prints keys (see scan).
+	conf.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	pinOutput(conf.RuntimeParams)
+	c, err := pgx.ConnectConfig(cctx, conf)
+	if err != nil {
+		return nil, failed(ReasonConnect, fmt.Errorf("postgres: follower connect: %w", err))
+	}
+	return c, nil
+}
+
+// name sets the application_name that pg_stat_activity shows for a
+// connection of role, unless the DSN sets one.
+func (f *Follower[K]) name(params map[string]string, role string) {
+	if params["application_name"] == "" {
+		name := "cuckooguard follower " + role
+		if f.origin != "" {
+			name += " " + f.origin
+		}
+		params["application_name"] = name // PostgreSQL truncates it to 63 bytes
+	}
+}
+
+// connectStream opens the replication connection, within the heartbeat
+// deadline.
+func (f *Follower[K]) connectStream(ctx context.Context) (*pgconn.PgConn, error) {
+	cctx, cancel := context.WithTimeout(ctx, f.deadline)
+	defer cancel()
+	conf := f.conf.Config.Copy()
+	conf.RuntimeParams["replication"] = "database"
+	f.name(conf.RuntimeParams, "stream")
+	pinOutput(conf.RuntimeParams)
+	c, err := pgconn.ConnectConfig(cctx, conf)
+	if err != nil {
+		return nil, failed(ReasonConnect, fmt.Errorf("postgres: follower connect for streaming: %w", err))
+	}
+	return c, nil
+}
+
+// pinOutput sets, in the startup parameters of a Follower's connection,
+// the settings that shape how the server prints values: the read and the
+// stream print keys with the type's output function, and must print them
+// alike whatever the server, database or role defaults are (a timestamp
+// key in another DateStyle or TimeZone would be another key). A DSN that
+// sets one keeps it, for both connections.
+func pinOutput(params map[string]string) {
+pin:
+	for k, v := range map[string]string{"DateStyle": "ISO, MDY", "IntervalStyle": "postgres", "TimeZone": "UTC",
+		"extra_float_digits": "1", "bytea_output": "hex"} {
+		for set := range params {
+			if strings.EqualFold(set, k) {
+				continue pin
+			}
+		}
+		params[k] = v
+	}
+}

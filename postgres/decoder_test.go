@@ -1,0 +1,276 @@
+package postgres
+
+import (
+	"encoding/binary"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/cuckooguard/cuckooguard/guarded"
+)
+
+// The tests in this file decode pgoutput without a server.
+
+// recorder is a txnSink that keeps what it is given.
+type recorder struct {
+	txns     []txn
+	spills   [][]string
+	controls []string
+}
+
+func (r *recorder) commit(t *txn) error {
+	c := *t
+	c.creates = append([]string(nil), t.creates...)
+	c.deletes = append([]string(nil), t.deletes...)
+	c.tags = append([][]byte(nil), t.tags...)
+	r.txns = append(r.txns, c)
+	return nil
+}
+func (r *recorder) spill(creates []string) error {
+	r.spills = append(r.spills, append([]string(nil), creates...))
+	return nil
+}
+func (r *recorder) control(payload string) error {
+	r.controls = append(r.controls, payload)
+	return nil
+}
+
+// pgoutput builds the bytes of pgoutput messages (protocol version 1), as
+// the server sends them in XLogData.
+type pgoutput struct{ b []byte }
+
+func (p *pgoutput) u8(v byte) *pgoutput    { p.b = append(p.b, v); return p }
+func (p *pgoutput) u16(v uint16) *pgoutput { p.b = binary.BigEndian.AppendUint16(p.b, v); return p }
+func (p *pgoutput) u32(v uint32) *pgoutput { p.b = binary.BigEndian.AppendUint32(p.b, v); return p }
+func (p *pgoutput) u64(v uint64) *pgoutput { p.b = binary.BigEndian.AppendUint64(p.b, v); return p }
+func (p *pgoutput) str(s string) *pgoutput { p.b = append(append(p.b, s...), 0); return p }
+
+func begin(xid uint32) []byte {
+	return (&pgoutput{}).u8('B').u64(0x100).u64(0).u32(xid).b
+}
+
+func commit(end uint64) []byte {
+	return (&pgoutput{}).u8('C').u8(0).u64(end - 8).u64(end).u64(0).b
+}
+
+func relationMsg(id uint32, schema, name string, cols ...string) []byte {
+	p := (&pgoutput{}).u8('R').u32(id).str(schema).str(name).u8('d').u16(uint16(len(cols)))
+	for _, c := range cols {
+		p.u8(1).str(c).u32(20).u32(0xffffffff)
+	}
+	return p.b
+}
+
+// tupleOf appends a tuple of the columns of the tests' relation 7
+// (name, id) with key as its id, or of one column, the key, for any
+// other relation.
+func tupleOf(p *pgoutput, rel uint32, key string) {
+	if rel == 7 {
+		p.u16(2).u8('n')
+	} else {
+		p.u16(1)
+	}
+	p.u8('t').u32(uint32(len(key)))
+	p.b = append(p.b, key...)
+}
+
+func insertMsg(rel uint32, key string) []byte {
+	p := (&pgoutput{}).u8('I').u32(rel).u8('N')
+	tupleOf(p, rel, key)
+	return p.b
+}
+
+func deleteMsg(rel uint32, key string) []byte {
+	p := (&pgoutput{}).u8('D').u32(rel).u8('K')
+	tupleOf(p, rel, key)
+	return p.b
+}
+
+func updateMsg(rel uint32, old, key string) []byte {
+	p := (&pgoutput{}).u8('U').u32(rel).u8('K')
+	tupleOf(p, rel, old)
+	p.u8('N')
+	tupleOf(p, rel, key)
+	return p.b
+}
+
+func truncateMsg(rels ...uint32) []byte {
+	p := (&pgoutput{}).u8('T').u32(uint32(len(rels))).u8(0)
+	for _, r := range rels {
+		p.u32(r)
+	}
+	return p.b
+}
+
+func messageMsg(prefix string, content []byte) []byte {
+	p := (&pgoutput{}).u8('M').u8(1).u64(0x200).str(prefix).u32(uint32(len(content)))
+	p.b = append(p.b, content...)
+	return p.b
+}
+
+// feed decodes each of msgs into sink, failing the test on an error.
+func feed(t *testing.T, d *decoder, sink txnSink, msgs ...[]byte) {
+	t.Helper()
+	for _, m := range msgs {
+		if err := d.decode(m, sink); err != nil {
+			t.Fatalf("decode %q: %v", m[0], err)
+		}
+	}
+}
+
+// TestDecoderTransactions decodes the bytes of a session's stream: the
+// table's relation among another table's, inserts, a key update, an
+// update that keeps its key, deletes, tags, a control message, and a
+// TRUNCATE of the table and of another.
+func TestDecoderTransactions(t *testing.T) {
+	d := newDecoder("app", "users", "id")
+	r := &recorder{}
+	buf := messageMsg(originPrefix, []byte("tag"))
+	feed(t, d, r,
+		relationMsg(9, "app", "other", "id"),
+		relationMsg(7, "app", "users", "name", "id"),
+		begin(1),
+		insertMsg(7, "1"), insertMsg(9, "99"), buf,
+		updateMsg(7, "1", "2"),
+		(&pgoutput{}).u8('U').u32(7).u8('N').u16(2).u8('n').u8('t').u32(1).u8('5').b, // no old tuple: the key stayed
+		deleteMsg(7, "3"), deleteMsg(9, "98"),
+		messageMsg(controlPrefix, []byte("H x-1 v")),
+		commit(0x1000),
+		begin(2), truncateMsg(9), commit(0x2000),
+		begin(3), truncateMsg(9, 7), commit(0x3000),
+	)
+	buf[len(buf)-1] = 'X' // the decoder keeps no slice of the wire's buffer
+	if d.keyCol != 1 {
+		t.Fatalf("key column %d, want 1 (the second of the relation's columns)", d.keyCol)
+	}
+	if len(r.txns) != 3 || len(r.controls) != 1 || r.controls[0] != "H x-1 v" {
+		t.Fatalf("%d transactions, controls %q", len(r.txns), r.controls)
+	}
+	tx := r.txns[0]
+	if got, want := [3]string{join(tx.creates), join(tx.deletes), string(tx.tags[0])}, [3]string{"1,2", "1,3", "tag"}; got != want {
+		t.Fatalf("creates, deletes, tag = %q, want %q", got, want)
+	}
+	if tx.end != 0x1000 || tx.truncated || r.txns[1].truncated || !r.txns[2].truncated {
+		t.Fatalf("end %s, truncated %v %v %v", tx.end, tx.truncated, r.txns[1].truncated, r.txns[2].truncated)
+	}
+	// A relation of the table without the key column: not published.
+	err := d.decode(relationMsg(7, "app", "users", "name"), r)
+	if !errors.Is(err, ErrNotPublished) {
+		t.Fatalf("relation without the key = %v, want ErrNotPublished", err)
+	}
+}
+
+func join(ss []string) string {
+	out := ""
+	for i, s := range ss {
+		if i > 0 {
+			out += ","
+		}
+		out += s
+	}
+	return out
+}
+
+// TestDecoderBigTransaction: a transaction that holds more keys than the
+// limit passes its creations on early and drops its deletions, marked
+// overflow: bounded memory, never a delete applied twice.
+func TestDecoderBigTransaction(t *testing.T) {
+	d := newDecoder("app", "users", "id")
+	d.limit = 10
+	r := &recorder{}
+	feed(t, d, r, relationMsg(7, "app", "users", "name", "id"), begin(1))
+	for i := range 25 {
+		feed(t, d, r, insertMsg(7, strconv.Itoa(i)))
+	}
+	if len(r.spills) != 2 || len(d.tx.creates) != 5 {
+		t.Fatalf("%d spills, %d creates held; want 2 of 10, 5 held", len(r.spills), len(d.tx.creates))
+	}
+	for i := range 11 { // 5 creates and 5 deletes held: the creates go; 10 deletes held; then one too many
+		feed(t, d, r, deleteMsg(7, strconv.Itoa(i)))
+	}
+	feed(t, d, r, commit(0x100))
+	tx := r.txns[0]
+	if len(r.spills) != 3 || len(tx.creates) != 0 || !tx.spilled || !tx.overflow || len(tx.deletes) != 0 {
+		t.Fatalf("spills %d, creates %d, spilled %v, overflow %v, deletes %d; want 3, 0, true, true, 0",
+			len(r.spills), len(tx.creates), tx.spilled, tx.overflow, len(tx.deletes))
+	}
+}
+
+// applierFixture is an applier over a Loader's feed, without a server.
+func applierFixture(t *testing.T, tag string) (*applier[int64], *guarded.Loader[int64, string]) {
+	t.Helper()
+	l := emptyLoaderOf[int64](t)
+	feed, err := l.AttachFeed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &Follower[int64]{key: "id", table: "users", parse: parseID, feed: feed, keyText: keyTextOf[int64]()}
+	f.tag.Store(&tag)
+	return &applier[int64]{f: f, now: time.Now()}, l
+}
+
+// TestApplierHoldsChangesUntilCommit: a session that ends within a
+// transaction has applied none of it, so that the next session, which
+// replays the whole transaction from the last commit, applies each
+// change once. A delete applied twice would take the copy of another key.
+func TestApplierHoldsChangesUntilCommit(t *testing.T) {
+	a, l := applierFixture(t, "")
+	if err := a.f.feed.Apply(guarded.Change[int64]{Key: 1}); err != nil { // read by the session's read
+		t.Fatal(err)
+	}
+	tx := [][]byte{relationMsg(7, "public", "users", "name", "id"), begin(1), deleteMsg(7, "1"), insertMsg(7, "2")}
+	d := newDecoder("public", "users", "id")
+	feed(t, d, a, tx...) // the session ends before the commit
+	if n := l.Guard().Len(); n != 1 {
+		t.Fatalf("%d copies after a transaction cut before its commit, want 1: nothing of it applied", n)
+	}
+	replay := newDecoder("public", "users", "id")
+	feed(t, replay, a, append(tx, commit(100))...)
+	if !l.MayContain(2) || l.Guard().Len() != 1 {
+		t.Fatalf("after the replay: %d copies, want 1 (key 2)", l.Guard().Len())
+	}
+	if a.f.pos.applied != 100 {
+		t.Fatalf("applied position %s after the commit, want 0/64", a.f.pos.applied)
+	}
+}
+
+// TestApplierSkipsTaggedKeysOnly is case 4 of the follower issue: a
+// transaction that this run tagged for key 7000 also inserts 7001 (and,
+// in another, a tag written after its insert, and a key tagged once but
+// inserted twice). Only the tagged keys are skipped, once each; another
+// run's tag skips nothing.
+func TestApplierSkipsTaggedKeysOnly(t *testing.T) {
+	a, l := applierFixture(t, "A 1")
+	tag := func(run string, keys ...int64) []byte {
+		var b []byte
+		for _, k := range keys {
+			b = appendField(appendField(b, run), strconv.FormatInt(k, 10))
+		}
+		return messageMsg(originPrefix, b)
+	}
+	for _, k := range []int64{7000, 8000, 9000} { // this process's Loader added them
+		if err := a.f.feed.Apply(guarded.Change[int64]{Key: k}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := newDecoder("public", "users", "id")
+	feed(t, d, a, relationMsg(7, "public", "users", "name", "id"),
+		begin(1), tag("A 1", 7000), insertMsg(7, "7000"), insertMsg(7, "7001"), commit(0x10),
+		begin(2), insertMsg(7, "8000"), tag("A 1", 8000), commit(0x20),
+		begin(3), tag("A 1", 9000), insertMsg(7, "9000"), deleteMsg(7, "9000"), insertMsg(7, "9000"), commit(0x30),
+		begin(4), tag("A 0", 9500), insertMsg(7, "9500"), commit(0x40),
+	)
+	l.MarkReady()
+	for _, k := range []int64{7000, 7001, 8000, 9000, 9500} {
+		if !l.MayContain(k) {
+			t.Errorf("key %d reads absent", k)
+		}
+	}
+	if n := l.Guard().Len(); n != 5 {
+		t.Errorf("%d copies for 5 rows: a tagged insert was applied, or an untagged one skipped", n)
+	}
+	if got := a.f.skipped.Load(); got != 3 {
+		t.Fatalf("%d inserts skipped, want 3 (7000, 8000, and 9000 once)", got)
+	}
+}

@@ -1,0 +1,147 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Tag names the keys that transaction tx creates on behalf of this
+// process's Loader: the Follower skips the inserts of exactly those keys
+// in tx, once each, because the Loader added them to its guard before the
+// write. Every other row tx inserts (a second row, a row a trigger
+// writes) is applied from the stream as usual. Call it inside the write
+// function of guarded.Loader.Insert with the Insert's key, at any point
+// of the transaction before its commit, and only there: a key tagged
+// around the Loader would be missing from this process's guard. An
+// insert left untagged costs an extra copy of its key (a false positive),
+// never a missing one.
+//
+// A key must read back as itself: parse (see [NewFollower]) of its text
+// ([WithKeyText]) must give the key. Tag returns an error for a key that
+// does not, such as an e-mail address in another case than the one the
+// table stores, whose skipped insert would leave the stored form absent
+// from the guard. Without an origin ([WithOrigin]) Tag does nothing. With
+// database/sql, run the statement of [Follower.TagQuery] in the
+// transaction.
+func (f *Follower[K]) Tag(ctx context.Context, tx pgx.Tx, keys ...K) error {
+	switch {
+	case ctx == nil:
+		return errors.New("postgres: Tag: ctx is nil")
+	case tx == nil:
+		return errors.New("postgres: Tag: tx is nil")
+	}
+	q, args, err := f.TagQuery(keys...)
+	if err != nil || q == "" {
+		return err
+	}
+	if _, err := tx.Exec(ctx, q, args...); err != nil {
+		return fmt.Errorf("postgres: tag: %w", err)
+	}
+	return nil
+}
+
+// TagQuery returns the statement that [Follower.Tag] runs for keys, with
+// its arguments, for drivers other than pgx: for example
+// tx.ExecContext(ctx, query, args...) with database/sql. Through logical
+// decoding it emits a transactional message (pg_logical_emit_message)
+// that names this Follower's origin and run and the keys; with
+// [WithNotify] it appends them to the setting the trigger reads. It
+// returns an empty query without an origin, and an error for no keys or
+// a key that does not read back as itself.
+func (f *Follower[K]) TagQuery(keys ...K) (query string, args []any, err error) {
+	tag := *f.tag.Load()
+	switch {
+	case len(keys) == 0:
+		return "", nil, errors.New("postgres: Tag: no keys: name the keys the transaction creates through the Loader")
+	case tag == "":
+		return "", nil, nil
+	}
+	content, err := f.tagContent(tag, keys)
+	if err != nil {
+		return "", nil, err
+	}
+	if f.notify {
+		return `SELECT set_config('cuckooguard.origin', coalesce(current_setting('cuckooguard.origin', true), '') || $1, true)`, []any{string(content)}, nil
+	}
+	return `SELECT pg_logical_emit_message(true, 'cuckooguard.origin', $1::bytea)`, []any{content}, nil
+}
+
+// tagContent returns what a tag of keys by run tag says: for each key,
+// "<len>:<tag><len>:<key text>". Records concatenate, so that the tags of
+// one transaction can be read as one (WithNotify appends them to one
+// setting).
+func (f *Follower[K]) tagContent(tag string, keys []K) ([]byte, error) {
+	var b []byte
+	for _, k := range keys {
+		text := f.keyText(k)
+		if back, err := f.parse(text); err != nil || back != k {
+			if err == nil {
+				err = fmt.Errorf("it parses as %v", back)
+			}
+			return nil, fmt.Errorf("postgres: Tag: key %v does not read back from its text %q (%v): the follower could not tell its insert from another key's; give the Loader keys in the form the table stores and parse returns, or set WithKeyText", k, text, err)
+		}
+		b = appendField(appendField(b, tag), text)
+	}
+	return b, nil
+}
+
+func appendField(b []byte, s string) []byte {
+	b = strconv.AppendInt(b, int64(len(s)), 10)
+	b = append(b, ':')
+	return append(b, s...)
+}
+
+// ownKeys returns the keys that the tags of one transaction name for this
+// Follower's run, with how many times each, or nil if none does. Tags of
+// other processes and earlier runs, and tags it cannot read, name none.
+func (f *Follower[K]) ownKeys(tags [][]byte) map[K]int {
+	run := *f.tag.Load()
+	if run == "" {
+		return nil
+	}
+	var own map[K]int
+	for _, content := range tags {
+		rest := string(content)
+		for rest != "" {
+			tag, after, ok := cutKey(rest)
+			if !ok {
+				break
+			}
+			text, after, ok := cutKey(after)
+			if !ok {
+				break
+			}
+			rest = after
+			if tag != run {
+				continue
+			}
+			k, err := f.parse(text)
+			if err != nil {
+				continue
+			}
+			if own == nil {
+				own = make(map[K]int)
+			}
+			own[k]++
+		}
+	}
+	return own
+}
+
+// keyTextOf returns the default text form of keys of type K: a string as
+// it is, an integer in decimal, and anything else as fmt.Sprint prints it
+// (a fmt.Stringer's String, such as a UUID's).
+func keyTextOf[K comparable]() func(K) string {
+	var zero K
+	switch any(zero).(type) {
+	case string:
+		return func(k K) string { return any(k).(string) }
+	case int64:
+		return func(k K) string { return strconv.FormatInt(any(k).(int64), 10) }
+	}
+	return func(k K) string { return fmt.Sprint(k) }
+}
