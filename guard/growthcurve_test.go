@@ -1,8 +1,11 @@
 package guard
 
 import (
+	"flag"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"testing"
@@ -11,14 +14,12 @@ import (
 )
 
 // maxGrowthBits bounds the heap bits per key at every sample of a guard's
-// growth past its declared capacity. With equal routing shares every
-// shard fills at the same rate and doubles at about the same moment (see
-// the package documentation of shard, "Growth past the declared
-// capacity"), so just after each wave of doublings every shard sits at
-// half the grow threshold: 32/0.9 = 35.6 bits per key, plus the old table
-// of the shard being doubled (1/16 of the total with 8 shards: 2.2) and
-// the guard's fixed memory. A return of the spike the shards' doublings
-// made when they overlapped (about 50) fails the test.
+// growth past its declared capacity: just after each wave of doublings
+// every shard sits at half the grow threshold, 32/0.9 = 35.6 bits per key
+// (see "Memory while growing" in the package documentation), plus the old
+// table of a shard being doubled (1/16 of the total with 8 shards: 2.2)
+// and the guard's fixed memory. A spike of overlapping doublings (every
+// shard holding two tables: about 53) fails the test.
 const maxGrowthBits = 40
 
 // TestGrowthCurveWorstSample grows a guard declared for 1,000 keys to
@@ -65,12 +66,15 @@ func warmGrowth(tb testing.TB) {
 	warm.Close()
 }
 
+var growthCSV = flag.String("growthcsv", "", "BenchmarkGrowthMemory: write each growth curve to this folder as LAYOUT.csv, for go -C bench run ./memcurve -mode chart")
+
 // curve is what sampleGrowth saw.
 type curve struct {
 	samples, skipped   int
 	worst, sum         float64 // heap bits per key: the worst sample, the sum of all
 	worstAt            int     // keys
 	minRatio, maxRatio float64 // Stats().Bytes / heap
+	csv                []byte  // keys,heap_bits_per_key per sample, after a header
 }
 
 // sampleGrowth adds the keys 0 … to-1 to g and reads the live heap above
@@ -81,7 +85,7 @@ type curve struct {
 // the keys added so far.
 func sampleGrowth(tb testing.TB, g *Guard, before int64, to, every, first int, afterAdd func(n int)) curve {
 	tb.Helper()
-	c := curve{minRatio: math.Inf(1), maxRatio: math.Inf(-1)}
+	c := curve{minRatio: math.Inf(1), maxRatio: math.Inf(-1), csv: []byte("keys,heap_bits_per_key\n")}
 	for k := range to {
 		if err := g.AddString(strconv.Itoa(k)); err != nil {
 			tb.Fatalf("add %d: %v", k, err)
@@ -99,6 +103,7 @@ func sampleGrowth(tb testing.TB, g *Guard, before int64, to, every, first int, a
 		c.samples++
 		b := 8 * float64(heap) / float64(n)
 		c.sum += b
+		c.csv = fmt.Appendf(c.csv, "%d,%.2f\n", n, b)
 		if b > c.worst {
 			c.worst, c.worstAt = b, n
 		}
@@ -245,6 +250,11 @@ func BenchmarkGrowthMemory(b *testing.B) {
 				c = sampleGrowth(b, g, before, 2_000_000, 10_000, 100_000, hook)
 				mean = c.sum / float64(c.samples)
 				g.Close()
+			}
+			if *growthCSV != "" {
+				if err := os.WriteFile(filepath.Join(*growthCSV, v.name+".csv"), c.csv, 0o644); err != nil {
+					b.Fatal(err)
+				}
 			}
 			b.ReportMetric(c.worst, "worst-heap-bits/key")
 			b.ReportMetric(mean, "mean-heap-bits/key")
