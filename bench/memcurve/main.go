@@ -5,6 +5,11 @@
 //	go -C bench run ./memcurve -mode growth     # WithCapacity(1000) to 2M keys, a sample every 40,000 adds
 //	go -C bench run ./memcurve -mode capacity   # guards filled to their declared capacity
 //	go -C bench run ./memcurve -mode cap        # WithMaxBytes against the heap
+//	go -C bench run ./memcurve -mode chart -png growth.png main=old.csv new=new.csv
+//
+// The chart mode draws the CSV files of growth runs (each argument
+// label=file) as one PNG: heap bits per key against keys, with the
+// declared capacity (-from) and the aim of 27 bits per key marked.
 //
 // The growth mode prints one line per sample: keys, heap bits per key,
 // Stats().Bytes in bits per key, their ratio, and the doublings in flight
@@ -27,12 +32,13 @@ import (
 )
 
 func main() {
-	mode := flag.String("mode", "growth", "growth, capacity or cap")
+	mode := flag.String("mode", "growth", "growth, capacity, cap or chart")
 	from := flag.Int("from", 1000, "growth: the declared capacity")
 	to := flag.Int("to", 2_000_000, "growth: keys added")
 	every := flag.Int("every", 40_000, "growth: adds between samples")
 	first := flag.Int("first", 100_000, "growth: the first sample that counts for the worst case")
 	csvPath := flag.String("csv", "", "growth: also write the samples as CSV to this file")
+	pngPath := flag.String("png", "growth.png", "chart: the PNG to write")
 	flag.Parse()
 	var err error
 	switch *mode {
@@ -42,6 +48,8 @@ func main() {
 		err = capacity(os.Stdout)
 	case "cap":
 		err = memCap(os.Stdout)
+	case "chart":
+		err = chart(*pngPath, flag.Args(), *from)
 	default:
 		err = fmt.Errorf("unknown mode %q", *mode)
 	}
