@@ -64,6 +64,12 @@ func newGuard(c config) (*Guard, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newGuardLayout(c, growth, lay)
+}
+
+// newGuardLayout returns an empty Guard configured by c whose shards are
+// laid out as lay, under growth policy growth (which c.validate returned).
+func newGuardLayout(c config, growth *shard.Growth, lay layout) (*Guard, error) {
 	if !c.seedSet {
 		c.seed = rand.Uint64()
 	}
