@@ -20,6 +20,24 @@
 // [KeyLister] lets the Loader rebuild its guard. Keys are strings, integers
 // or byte arrays, or types that implement [Key].
 //
+// # Keys: what the guard compares
+//
+// The guard compares keys exactly, by the bytes it hashes (see [Key]): a
+// string by its bytes, an integer by its value, a byte array (a
+// uuid.UUID) by its bytes, any other type by what its AppendKey appends.
+// It knows nothing of the store's collation or type: "Ada@Example.com" and
+// "ada@example.com" are two keys to it even where the store finds one row
+// for both (citext, a case-insensitive collation), and so are a UUID in
+// upper and lower case when its keys are strings. Give the Loader every
+// key in one canonical form, the same on every path: the keys it reads
+// (Fill, a rebuild, a change feed), the keys it adds (Insert), and the
+// keys it is asked for (Get, and the middleware's KeyFunc, which
+// middleware.Parse canonicalizes). Use a key type that has one form where
+// there is one (uuid.UUID rather than its text, an integer rather than its
+// digits), or lower-case the text of a case-insensitive key everywhere. A
+// key asked for in another form than the one added reads absent: a wrong
+// 404.
+//
 // # Copies and removals
 //
 // The set counts copies, and [guard.Guard.Remove] may only remove a copy the

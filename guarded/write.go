@@ -1,8 +1,10 @@
 package guarded
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"sync"
 
 	"github.com/cuckooguard/cuckooguard/guard"
 )
@@ -82,6 +84,97 @@ func (l *Loader[K, V]) Insert(ctx context.Context, key K, write func(ctx context
 		return werr
 	}
 	if l.insertN.Add(1)%4096 == 0 {
+		l.checkFPR()
+	}
+	return werr
+}
+
+// InsertGenerated writes rows whose keys the store generates as it writes
+// them (a serial or identity column, DEFAULT gen_random_uuid()), keeping
+// the guard in step as [Loader.Insert] does: write runs the insert and,
+// before it commits, calls add with each key the insert returned (INSERT
+// … RETURNING id), once per row; add puts the key in the guard, so that no
+// lookup can see the row before the guard has its key. Calling add after
+// the commit leaves a window in which the row reads absent. add returns
+// an error if the guard cannot take the key, which write should return
+// (its transaction then rolls back).
+//
+// If write fails, the keys it added are taken back only when the error
+// shows that nothing was written (see [WithRollback]); otherwise they stay,
+// a possible false positive. With a change feed, name the added keys in
+// the transaction as the feed requires (postgres: Follower.Tag with the
+// same keys), so that the feed skips exactly those inserts.
+//
+// InsertGenerated returns write's error, ctx.Err() if ctx ended before
+// write ran, or add's error.
+func (l *Loader[K, V]) InsertGenerated(ctx context.Context, write func(ctx context.Context, add func(K) error) error) error {
+	switch {
+	case ctx == nil:
+		return errNil("InsertGenerated", "ctx")
+	case write == nil:
+		return errNil("InsertGenerated", "write")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	l.writeMu.RLock()
+	defer l.writeMu.RUnlock()
+	cur, sh := l.cur.Load(), l.shadow.Load()
+	type added struct {
+		key          K
+		h, hs        uint64
+		inCur, inShd bool
+	}
+	var mu sync.Mutex // add may be called from the goroutines of write
+	var keys []added
+	var addErr error
+	returned := false
+	add := func(key K) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if returned {
+			return errors.New("guarded: InsertGenerated: add called after write returned")
+		}
+		a := added{key: key, h: l.codec.hash(cur.g, key)}
+		l.epoch(a.h).Add(1)
+		var err error
+		if a.inCur, err = l.add(cur, a.h); err != nil {
+			err = wrap("insert", err)
+			addErr = cmp.Or(addErr, err)
+			return err
+		}
+		if sh != nil {
+			a.hs = l.codec.hash(sh.g, key)
+			a.inShd, _ = l.add(sh, a.hs) // a failed rebuild closes sh: nothing to keep
+		}
+		keys = append(keys, a)
+		return nil
+	}
+	werr := write(ctx, add)
+	mu.Lock()
+	returned = true
+	mu.Unlock()
+	if werr == nil {
+		werr = addErr
+	}
+	if werr != nil && l.cfg.notWritten(werr) {
+		for _, a := range keys {
+			if a.inCur {
+				cur.g.RemoveHash(a.h)
+			}
+			if a.inShd {
+				sh.g.RemoveHash(a.hs)
+			}
+		}
+		return werr
+	}
+	for _, a := range keys {
+		// As in Insert: later lookups must not join a store call that
+		// began before the row existed, nor trust what it cached.
+		l.flight.forget(a.h, a.key)
+		l.epoch(a.h).Add(1)
+	}
+	if len(keys) > 0 && l.insertN.Add(uint64(len(keys)))%4096 < uint64(len(keys)) {
 		l.checkFPR()
 	}
 	return werr
