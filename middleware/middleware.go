@@ -76,13 +76,37 @@ func Header(name string) KeyFunc[string] {
 // Int64 parses the string key of k as a base-10 int64; a key that does not
 // parse is malformed.
 func Int64(k KeyFunc[string]) KeyFunc[int64] {
-	return func(r *http.Request) (int64, bool) {
+	return Parse(k, func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) })
+}
+
+// Parse turns the string key of k into the key the guard holds, with
+// parse; a key that parse refuses is malformed. The guard compares keys
+// exactly (a string by its bytes), so parse must return the form the
+// store's keys were added in, the same for every way a client may write
+// one key: a UUID in lower case with dashes, an e-mail address of a
+// case-insensitive column (citext, or lower-cased on insert) in lower
+// case. A key the client writes in another form than the guard's would
+// otherwise be rejected, a wrong 404, although the store finds it:
+//
+//	uuidKey := middleware.Parse(middleware.PathValue("id"), func(s string) (string, error) {
+//		id, err := uuid.Parse(s) // accepts upper case, braces, no dashes
+//		return id.String(), err  // the canonical form, as PostgreSQL prints a uuid
+//	})
+//	emailKey := middleware.Parse(middleware.PathValue("email"), func(s string) (string, error) {
+//		return strings.ToLower(s), nil
+//	})
+func Parse[K comparable](k KeyFunc[string], parse func(string) (K, error)) KeyFunc[K] {
+	if k == nil || parse == nil {
+		panic("middleware: Parse needs a key function and a parse function")
+	}
+	return func(r *http.Request) (K, bool) {
 		s, ok := k(r)
 		if !ok {
-			return 0, false
+			var zero K
+			return zero, false
 		}
-		n, err := strconv.ParseInt(s, 10, 64)
-		return n, err == nil
+		key, err := parse(s)
+		return key, err == nil
 	}
 }
 
