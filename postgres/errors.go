@@ -87,17 +87,18 @@ const (
 	ReasonResync          Reason = "resync"           // reading the table failed
 	ReasonNoNotifications Reason = "no_notifications" // the connection answers but delivers no notifications: ErrNoNotifications
 	ReasonConnectionLost  Reason = "connection_lost"  // a connection broke, or stopped answering
-	ReasonHeartbeatLost   Reason = "heartbeat_lost"   // nothing came back within the deadline while a heartbeat was out
+	ReasonHeartbeatLost   Reason = "heartbeat_lost"   // nothing came back within the deadline while a heartbeat was out, and the walsender was not at work (a silent connection)
 	ReasonNotification    Reason = "notification"     // a change could not be decoded or applied
 	ReasonSetup           Reason = "setup"            // logical decoding is not available, or the table not published: ErrLogicalUnavailable, ErrNotPublished
 	ReasonSlot            Reason = "slot"             // the replication slot could not be made, read or used (say, another process streams from it)
 	ReasonPublication     Reason = "publication"      // the publication changed while the session followed: the next one reads the table
+	ReasonTerminated      Reason = "terminated"       // the server ended the connection (SQLSTATE 57: pg_terminate_backend, a shutdown or restart)
 )
 
 // Reasons lists every [Reason], for metrics that export one series each.
 var Reasons = []Reason{ReasonConnect, ReasonListen, ReasonNotInstalled, ReasonResync,
 	ReasonNoNotifications, ReasonConnectionLost, ReasonHeartbeatLost, ReasonNotification,
-	ReasonSetup, ReasonSlot, ReasonPublication}
+	ReasonSetup, ReasonSlot, ReasonPublication, ReasonTerminated}
 
 // sessionError is why a session ended.
 type sessionError struct {

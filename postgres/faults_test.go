@@ -280,6 +280,15 @@ func TestFaultServerRestart(t *testing.T) {
 	if r.wrong.Load() > 0 {
 		t.Fatalf("%d wrong 404s", r.wrong.Load())
 	}
+	// The shutdown ends the sessions with SQLSTATE 57P01 (the walsender
+	// closes without a word; the regular connection says why): the
+	// server's doing, never a silent connection (the first week in
+	// production found it counted as heartbeat_lost).
+	st := r.a.follower.Stats()
+	t.Logf("failures by reason after the restart: %v", st.FailuresByReason)
+	if st.FailuresByReason[ReasonHeartbeatLost] != 0 || st.FailuresByReason[ReasonTerminated] == 0 {
+		t.Fatalf("failures by reason %v after a restart: want terminated, and no heartbeat_lost", st.FailuresByReason)
+	}
 }
 
 // TestFaultBlackhole stalls the follower's connections (a proxy that stops

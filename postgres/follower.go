@@ -106,31 +106,37 @@ type Follower[K comparable] struct {
 	pos          position   // logical decoding: what the guard reflects
 	pending      ReadReason // why the next session must read the whole table; "" if it may resume (see decide)
 	degradedSaid bool       // the refusal to save a degraded guard was logged
+	lastStream   uint32     // the walsender of the last session's stream
+	noteSaid     bool       // a failure to note the slot in cuckooguard_slots was logged
+	registry     config     // where cuckooguard_slots is (WithRegistry)
 
-	state       atomic.Int32
-	rtt         atomic.Int64 // nanoseconds: the round trip of the last heartbeat (or marker) back
-	unconfirmed atomic.Int64 // unix nanoseconds since which nothing confirms the guard is current; 0: all confirmed
-	retryDelay  atomic.Int64 // nanoseconds: the wait before the last reconnect
-	applied     atomic.Int64
-	skipped     atomic.Int64
-	resyncs     atomic.Int64
-	failures    atomic.Int64
-	beats       atomic.Int64
-	beatsLost   atomic.Int64 // sessions ended because heartbeats stopped coming back
-	pid         atomic.Uint32
-	lastApplied atomic.Int64  // unix nanoseconds
-	lastBeat    atomic.Int64  // unix nanoseconds of the last heartbeat that came back
-	currentAsOf atomic.Int64  // unix nanoseconds: every change committed before it has been applied (when the last heartbeat back was sent)
-	appliedLSN  atomic.Uint64 // pos.applied, published
-	flushedLSN  atomic.Uint64 // the position last confirmed to the server
-	retained    atomic.Int64  // bytes of WAL the slot holds, as last read
-	snapshots   atomic.Int64  // snapshot files written
-	restores    atomic.Int64  // sessions started from a snapshot file
-	lastSnap    atomic.Int64  // unix nanoseconds of the last snapshot file written
-	mu          sync.Mutex    // protects lastErr, byReason and reads
-	lastErr     error
-	byReason    map[Reason]int64
-	reads       map[ReadReason]int64
+	state          atomic.Int32
+	rtt            atomic.Int64 // nanoseconds: the round trip of the last heartbeat (or marker) back
+	unconfirmed    atomic.Int64 // unix nanoseconds since which nothing confirms the guard is current; 0: all confirmed
+	retryDelay     atomic.Int64 // nanoseconds: the wait before the last reconnect
+	applied        atomic.Int64
+	skipped        atomic.Int64
+	resyncs        atomic.Int64
+	failures       atomic.Int64
+	beats          atomic.Int64
+	beatsLost      atomic.Int64 // sessions ended because heartbeats stopped coming back
+	pid            atomic.Uint32
+	lastApplied    atomic.Int64  // unix nanoseconds
+	lastBeat       atomic.Int64  // unix nanoseconds of the last heartbeat that came back
+	currentAsOf    atomic.Int64  // unix nanoseconds: every change committed before it has been applied (when the last heartbeat back was sent)
+	decodingBehind atomic.Int64  // bytes of WAL the walsender had yet to decode, while the stream waits for it; 0 otherwise
+	behindSince    atomic.Int64  // unix nanoseconds since the stream waits for a busy walsender; 0: it does not
+	busyWaits      atomic.Int64  // times the stream waited for a busy walsender instead of reconnecting
+	appliedLSN     atomic.Uint64 // pos.applied, published
+	flushedLSN     atomic.Uint64 // the position last confirmed to the server
+	retained       atomic.Int64  // bytes of WAL the slot holds, as last read
+	snapshots      atomic.Int64  // snapshot files written
+	restores       atomic.Int64  // sessions started from a snapshot file
+	lastSnap       atomic.Int64  // unix nanoseconds of the last snapshot file written
+	mu             sync.Mutex    // protects lastErr, byReason and reads
+	lastErr        error
+	byReason       map[Reason]int64
+	reads          map[ReadReason]int64
 }
 
 // NewFollower returns a Follower that applies the changes of table's
@@ -168,15 +174,15 @@ func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, p
 	}
 	f := &Follower[K]{loader: loader, conf: conf, table: table, key: keyColumn, parse: parse,
 		origin: c.origin, backoff: c.backoff, maxLag: c.maxLag, heartbeat: c.heartbeat, deadline: c.deadline,
-		notify: c.notify, snapPath: c.snapshotPath, snapEvery: c.snapshotInterval, log: c.logger,
-		byReason: make(map[Reason]int64), reads: make(map[ReadReason]int64)}
+		notify: c.notify, snapPath: c.snapshotPath, snapEvery: c.snapshotInterval,
+		// Its own attributes under a group of their own: a user's logger
+		// that says "table" itself does not print two.
+		log:      c.logger.With(slog.Group("cuckooguard", slog.String("table", table))),
+		byReason: make(map[Reason]int64), reads: make(map[ReadReason]int64), registry: config{registry: c.registry}}
 	if f.keyText, err = keyTextFor[K](c.keyText); err != nil {
 		return nil, err
 	}
-	tag := ""
-	if c.origin != "" {
-		tag = newRunTag(c.origin)
-	}
+	tag := newRunTag(cmp.Or(c.origin, "-"))
 	f.tag.Store(&tag)
 	return f, nil
 }
@@ -272,7 +278,7 @@ func (f *Follower[K]) Run(ctx context.Context) error {
 			// sessions retry: a trigger or publication dropped while
 			// running may come back.
 			f.log.LogAttrs(ctx, slog.LevelError, "cuckooguard: follower cannot follow",
-				slog.String("table", f.table), slog.String("reason", string(reason)), slog.Any("error", err))
+				slog.String("reason", string(reason)), slog.Any("error", err))
 			return err
 		}
 		d := b.next()
@@ -280,7 +286,7 @@ func (f *Follower[K]) Run(ctx context.Context) error {
 		if reason != logged {
 			logged = reason
 			f.log.LogAttrs(ctx, slog.LevelWarn, "cuckooguard: follower session failed; lookups pass through until it follows again",
-				slog.String("table", f.table), slog.String("reason", string(reason)), slog.Any("error", err),
+				slog.String("reason", string(reason)), slog.Any("error", err),
 				slog.Duration("retry_in", d), slog.Duration("followed", followed))
 		}
 		t := time.NewTimer(d)
@@ -330,6 +336,6 @@ func (f *Follower[K]) read(ctx context.Context, reason ReadReason, keys int64, t
 	f.reads[reason]++
 	f.mu.Unlock()
 	f.log.LogAttrs(ctx, slog.LevelInfo, "cuckooguard: follower read the table",
-		slog.String("table", f.table), slog.String("reason", string(reason)),
+		slog.String("reason", string(reason)),
 		slog.Int64("keys", keys), slog.Duration("took", took))
 }

@@ -148,8 +148,14 @@ func (n *node[K]) halt() error {
 // call has been applied: a heartbeat sent after it came back.
 func (n *node[K]) waitCurrent(t *testing.T) {
 	t.Helper()
+	n.waitCurrentWithin(t, 30*time.Second)
+}
+
+// waitCurrentWithin is waitCurrent, failing the test after limit.
+func (n *node[K]) waitCurrentWithin(t *testing.T, limit time.Duration) {
+	t.Helper()
 	since := time.Now()
-	deadline := since.Add(30 * time.Second)
+	deadline := since.Add(limit)
 	for {
 		st := n.follower.Stats()
 		if st.State == Following && n.loader.Ready() && st.CurrentAsOf.After(since) {

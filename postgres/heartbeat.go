@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -33,6 +34,9 @@ type session struct {
 	endLoop   context.CancelCauseFunc
 	senders   sync.WaitGroup
 	following *time.Time // set when the marker comes back
+
+	walsender *atomic.Pointer[walsender] // what the last heartbeat learned of it; nil with NOTIFY
+	busySince time.Time                  // since when the stream is silent while its walsender works
 }
 
 // newToken returns a session token: unique among sessions and processes.
@@ -62,10 +66,11 @@ func (f *Follower[K]) startSession(ctx context.Context, token, pub string, follo
 				return
 			case p := <-s.beats:
 				if err := send(s.loopCtx, p); err != nil {
-					if s.loopCtx.Err() == nil {
+					reason := reasonFor(err, ReasonHeartbeatLost)
+					if s.loopCtx.Err() == nil && reason == ReasonHeartbeatLost {
 						f.beatsLost.Add(1) // the database did not take it within the deadline
 					}
-					s.endLoop(failed(ReasonHeartbeatLost, err))
+					s.endLoop(failed(reason, err))
 					return
 				}
 			}
@@ -91,7 +96,7 @@ func (s *session) waitEnded(ctx context.Context, op string, err error) error {
 	case s.loopCtx.Err() != nil:
 		return context.Cause(s.loopCtx)
 	case err != nil && !pgconn.Timeout(err) && !errors.Is(err, context.DeadlineExceeded):
-		return failed(ReasonConnectionLost, fmt.Errorf("postgres: follower %s: %w", op, err))
+		return failed(reasonFor(err, ReasonConnectionLost), fmt.Errorf("postgres: follower %s: %w", op, err))
 	}
 	return nil
 }
@@ -99,7 +104,7 @@ func (s *session) waitEnded(ctx context.Context, op string, err error) error {
 // wakeCtx returns the context the session's next wait for the stream runs
 // under: it ends when the session must look at its heartbeats.
 func (f *Follower[K]) wakeCtx(s *session) (context.Context, context.CancelFunc) {
-	return context.WithDeadline(s.loopCtx, f.wake(&s.hb, s.next))
+	return context.WithDeadline(s.loopCtx, f.wake(&s.hb, s.next, time.Now()))
 }
 
 // control handles a payload of a marker or a heartbeat that arrived at
@@ -163,16 +168,18 @@ func changed(was, now string) error {
 func (f *Follower[K]) tick(s *session, now time.Time, noMarker func(waited time.Duration) error) error {
 	if State(f.state.Load()) == Resyncing {
 		// Until the marker is back, a silent stream is a question for the
-		// marker check alone: does it deliver nothing, or is it dead?
-		if now.Sub(s.hb.markerSent) > f.deadline {
+		// marker check alone: does it deliver nothing, or is it dead? A
+		// walsender at work is neither (liveness.go).
+		if now.Sub(s.hb.markerSent) > f.deadline && !f.busy(s.loopCtx, s, now) {
 			return noMarker(now.Sub(s.hb.markerSent))
 		}
-	} else if len(s.hb.out) > 0 && now.Sub(s.hb.last) > f.deadline {
-		// Nothing at all for a deadline while a heartbeat is out: the
-		// connection is dead, whether or not it says so.
+	} else if len(s.hb.out) > 0 && now.Sub(s.hb.last) > f.deadline && !f.busy(s.loopCtx, s, now) {
+		// Nothing at all for a deadline while a heartbeat is out, and the
+		// walsender is not at work: the connection is dead, whether or
+		// not it says so.
 		f.beatsLost.Add(1)
-		return failed(ReasonHeartbeatLost, fmt.Errorf("postgres: follower: nothing arrived for %v with a heartbeat out: the connection is dead",
-			now.Sub(s.hb.last).Round(time.Millisecond)))
+		return failed(ReasonHeartbeatLost, fmt.Errorf("postgres: follower: nothing arrived for %v with a heartbeat out: the connection is dead%s",
+			now.Sub(s.hb.last).Round(time.Millisecond), f.walsenderSays(s, now)))
 	}
 	f.checkLag(now)
 	if !now.Before(s.next) {
@@ -191,32 +198,37 @@ func (f *Follower[K]) tick(s *session, now time.Time, noMarker func(waited time.
 	return nil
 }
 
-// wake returns when the session must look at its heartbeats next: the
-// next heartbeat is due, or the moment the oldest one out makes the lag
-// exceed the max lag, or the deadline runs out. Waking at the moment
-// rather than at the next heartbeat tick is what bounds the time from a
-// silent fault to pass-through by the heartbeat plus the max lag (the
-// deadline, with the defaults), not that and one more heartbeat.
-func (f *Follower[K]) wake(hb *heartbeats, next time.Time) time.Time {
+// wake returns when the session must look at its heartbeats next, after
+// now: the next heartbeat is due, or the moment the oldest one out makes
+// the lag exceed the max lag, or the deadline runs out. Waking at the
+// moment rather than at the next heartbeat tick is what bounds the time
+// from a silent fault to pass-through by the heartbeat plus the max lag
+// (the deadline, with the defaults), not that and one more heartbeat. A
+// moment that has passed already (a deadline the session outlived while
+// its walsender works) is not one: a read whose deadline has passed
+// returns at once without reading the socket, and the session would spin
+// beside a stream that delivers.
+func (f *Follower[K]) wake(hb *heartbeats, next, now time.Time) time.Time {
 	const past = time.Millisecond // the checks compare with >: be past the moment
 	w := next
+	at := func(t time.Time) {
+		if t.After(now) && t.Before(w) {
+			w = t
+		}
+	}
 	if len(hb.out) > 0 {
 		if State(f.state.Load()) == Following {
-			w = earliest(w, hb.out[0].sent.Add(f.maxLag+past))
+			at(hb.out[0].sent.Add(f.maxLag + past))
 		}
-		w = earliest(w, hb.last.Add(f.deadline+past))
+		at(hb.last.Add(f.deadline + past))
 	}
 	if State(f.state.Load()) == Resyncing {
-		w = earliest(w, hb.markerSent.Add(f.deadline+past))
+		at(hb.markerSent.Add(f.deadline + past))
+	}
+	if !w.After(now) {
+		w = now.Add(past)
 	}
 	return w
-}
-
-func earliest(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
 }
 
 // heartbeats is what a session knows of its heartbeats.

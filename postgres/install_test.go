@@ -277,6 +277,9 @@ func dropFollowerState(ctx context.Context, t *testing.T, admin *pgx.Conn, schem
 		return
 	}
 	for _, rel := range tables {
+		if rel == registry {
+			continue // Unpublish of the last followed table drops it
+		}
 		if err := Unpublish(ctx, admin, schema+"."+rel); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}

@@ -1,9 +1,14 @@
 package postgres
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cuckooguard/cuckooguard/internal/options"
 )
 
 // Option configures a Follower made by [NewFollower].
@@ -19,7 +24,8 @@ type config struct {
 	notify           bool
 	snapshotPath     string
 	snapshotInterval time.Duration
-	keyText          any // func(K) string of the Follower's K; nil: keyTextOf
+	keyText          any    // func(K) string of the Follower's K; nil: keyTextOf
+	registry         string // the schema of cuckooguard_slots; "": the followed table's
 }
 
 // Defaults of the Follower options.
@@ -41,7 +47,10 @@ var discardLogger = slog.New(slog.DiscardHandler)
 // heartbeat deadline, with the error and the wait before it reconnects), a
 // full read of the table and why it was needed, a snapshot file it could
 // not use, and a first session that finds a setup that cannot work (at
-// Error). By default it logs nothing: a library speaks only when asked.
+// Error). Each line carries the table it follows as cuckooguard.table (a
+// group of its own, so that it does not clash with the logger's own
+// attributes). By default it logs nothing: a library speaks only when
+// asked.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
 }
@@ -80,19 +89,20 @@ func WithMaxLag(d time.Duration) Option {
 	return func(c *config) { c.maxLag = d }
 }
 
-// WithOrigin names this process among the processes that write the table:
-// a name of its own, the same across its restarts (a host or pod name),
-// never shared with another process that runs at the same time. Its writes
-// tagged with [Follower.Tag] are skipped, because its Loader added their
-// keys itself; deletes and key updates are applied whatever their origin.
-// Untagged writes through the Loader are applied twice (one extra copy of
-// the key, a false positive until the next full read), never missed.
+// WithOrigin names this process among the processes that follow the
+// table: a name of its own, the same across its restarts (a host or pod
+// name), never shared with another process that runs at the same time. It
+// names the process's replication slot, and shows in pg_stat_activity.
 //
 // Logical decoding keeps this process's position in a replication slot
 // named after the table and the origin, which outlives a lost connection
 // (the Follower resumes where it stopped, without reading the table) and
-// a restart (with [WithSnapshotFile]). Without an origin the slot is
-// temporary: every reconnect reads the whole table again.
+// a restart (with [WithSnapshotFile]). It also outlives a process that
+// never comes back, and holds WAL on the server until it is dropped (see
+// [DropStaleSlots]). Without an origin the slot is temporary and dies
+// with the session: nothing is left behind, and every reconnect reads the
+// whole table again. Either way the keys the process's own inserts name
+// ([Follower.Tag]) are skipped, because its Loader added them itself.
 func WithOrigin(origin string) Option {
 	return func(c *config) { c.origin = origin }
 }
@@ -167,4 +177,30 @@ func keyTextFor[K comparable](v any) (func(K) string, error) {
 		return nil, fmt.Errorf("postgres: WithKeyText needs a func(%T) string, the Follower's key type; got %T", zero, v)
 	}
 	return text, nil
+}
+
+// WithRegistry sets the schema of cuckooguard_slots, the small table where
+// followers note when they last used their replication slot (for
+// [DropStaleSlots]). By default it lives beside the followed table. Give
+// the same schema to every function that takes it: NewFollower, [Publish]
+// (which creates the table), [Slots], [DropStaleSlots] and [Unpublish]; the
+// other options mean nothing to those. The followers' role needs SELECT, INSERT
+// and UPDATE on the table (a follower that cannot write it logs so once
+// and follows anyway, and DropStaleSlots then never finds its slot stale).
+func WithRegistry(schema string) Option {
+	return func(c *config) { c.registry = schema }
+}
+
+// adminConfig applies opts for an administrative function (Publish,
+// Slots, ...), which only WithRegistry concerns.
+func adminConfig(fn string, opts []Option) (config, error) {
+	var c config
+	err := options.Apply("postgres: "+fn, &c, opts)
+	return c, err
+}
+
+// registryIn returns the quoted name of cuckooguard_slots for a table of
+// schema, under c.
+func (c *config) registryIn(schema string) string {
+	return pgx.Identifier{cmp.Or(c.registry, schema), registry}.Sanitize()
 }

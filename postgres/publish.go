@@ -16,9 +16,9 @@ func publicationName(schema, rel string) string {
 	return name("cuckooguard_", schema+"_"+rel)
 }
 
-// registry is the table, in the schema of the table followed, where
-// followers record when each of their replication slots was last used, for
-// [DropStaleSlots].
+// registry is the table, in the schema of the table followed unless
+// WithRegistry names another, where followers record when each of their
+// replication slots was last used, for [DropStaleSlots].
 const registry = "cuckooguard_slots"
 
 // Publish prepares table for the logical-decoding Follower: it checks the
@@ -50,8 +50,13 @@ const registry = "cuckooguard_slots"
 //
 // table is a table name as the follower is given it: "users", "app.users"
 // (each part taken literally, in any case), or as SQL writes it, with
-// double quotes ("\"UserAccounts\"").
-func Publish(ctx context.Context, conn *pgx.Conn, table, keyColumn string) error {
+// double quotes ("\"UserAccounts\""). Of the options only [WithRegistry]
+// applies.
+func Publish(ctx context.Context, conn *pgx.Conn, table, keyColumn string, opts ...Option) error {
+	c, err := adminConfig("Publish", opts)
+	if err != nil {
+		return err
+	}
 	switch {
 	case ctx == nil:
 		return errors.New("postgres: Publish: ctx is nil")
@@ -73,7 +78,7 @@ func Publish(ctx context.Context, conn *pgx.Conn, table, keyColumn string) error
 	pub := publicationName(r.schema, r.name)
 	var exists, noted bool
 	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_publication WHERE pubname = $1), to_regclass($2) IS NOT NULL`,
-		pub, pgx.Identifier{r.schema, registry}.Sanitize()).Scan(&exists, &noted); err != nil {
+		pub, c.registryIn(r.schema)).Scan(&exists, &noted); err != nil {
 		return fmt.Errorf("postgres: publish: %w", err)
 	}
 	if exists && noted {
@@ -105,7 +110,7 @@ func Publish(ctx context.Context, conn *pgx.Conn, table, keyColumn string) error
 		slot_name text PRIMARY KEY,
 		table_name text NOT NULL,
 		origin text NOT NULL,
-		last_seen timestamptz NOT NULL DEFAULT now())`, pgx.Identifier{r.schema, registry}.Sanitize())
+		last_seen timestamptz NOT NULL DEFAULT now())`, c.registryIn(r.schema))
 	if _, err := tx.Exec(ctx, q); err != nil {
 		return fmt.Errorf("postgres: publish: create %s: %w", registry, err)
 	}

@@ -109,8 +109,8 @@ func TestFollowerBackoffAfterHealthySessions(t *testing.T) {
 		t.Fatalf("the 4th consecutive failure waited %v, want at least %v (the delay doubles)", last, 4*first)
 	}
 	st := r.follower.Stats()
-	if st.FailuresByReason[ReasonConnectionLost] != kills+4 || st.LastErrorReason != ReasonConnectionLost {
-		t.Fatalf("%d killed sessions counted as %v, last reason %q; want %d as %q", kills+4, st.FailuresByReason, st.LastErrorReason, kills+4, ReasonConnectionLost)
+	if st.FailuresByReason[ReasonTerminated] != kills+4 || st.LastErrorReason != ReasonTerminated {
+		t.Fatalf("%d killed sessions counted as %v, last reason %q; want %d as %q", kills+4, st.FailuresByReason, st.LastErrorReason, kills+4, ReasonTerminated)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -67,6 +68,7 @@ func (f *Follower[K]) followLogical(ctx context.Context, following *time.Time) e
 	}
 	defer rc.Close(context.WithoutCancel(ctx))
 	f.pid.Store(rc.PID())
+	defer func() { f.lastStream = rc.PID() }()
 	f.state.Store(int32(Resyncing))
 	sys, err := pglogrepl.IdentifySystem(ctx, rc)
 	if err != nil {
@@ -81,9 +83,7 @@ func (f *Follower[K]) followLogical(ctx context.Context, following *time.Time) e
 		return err
 	}
 	if id.name != "" {
-		if err := noteSlot(ctx, sender, rel.schema, id.name, f.table, f.origin); err != nil {
-			return failed(ReasonSlot, err)
-		}
+		f.noteSlot(ctx, sender, rel, id.name)
 	}
 	if testHookBeforeStart != nil {
 		testHookBeforeStart(slot)
@@ -107,7 +107,27 @@ func (f *Follower[K]) followLogical(ctx context.Context, following *time.Time) e
 	}
 	f.streamStarted()
 	f.setApplied(at)
-	return f.stream(ctx, sender, rc, rel, pub, following)
+	err = f.stream(ctx, sender, rc, rel, pub, following)
+	if reasonOf(err) == ReasonConnectionLost && ctx.Err() == nil {
+		// A walsender ended by a shutdown closes its connection without a
+		// word; the regular connection got the server's reason.
+		if why := askWhy(ctx, sender); why != nil {
+			err = failed(ReasonTerminated, fmt.Errorf("%w (the server: %w)", err, why))
+		}
+	}
+	return err
+}
+
+// askWhy returns the server's error of connection c if it says the server
+// ended it (SQLSTATE class 57: a shutdown, pg_terminate_backend), or nil.
+func askWhy(ctx context.Context, c *pgx.Conn) error {
+	actx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err := c.Exec(actx, "SELECT 1")
+	if err != nil && reasonFor(err, "") == ReasonTerminated {
+		return err
+	}
+	return nil
 }
 
 // checkSetup checks what logical decoding needs, on the regular
@@ -149,8 +169,18 @@ func (f *Follower[K]) startPoint(ctx context.Context, sender *pgx.Conn, rc *pgco
 		if st, err = readSlot(ctx, sender, id.name); err != nil {
 			return "", 0, failed(ReasonSlot, err)
 		}
+		if st.active && f.lastStream != 0 && st.activePID == int64(f.lastStream) {
+			// This follower's last walsender, still at work (decoding a
+			// bulk load, say) after its session ended: end it.
+			if err := f.releaseSlot(ctx, sender, id.name, st.activePID); err != nil {
+				return "", 0, failed(ReasonSlot, err)
+			}
+			if st, err = readSlot(ctx, sender, id.name); err != nil {
+				return "", 0, failed(ReasonSlot, err)
+			}
+		}
 		if st.active {
-			return "", 0, failed(ReasonSlot, fmt.Errorf("postgres: follower: slot %s is in use by another connection: does another process have the origin %q?", id.name, f.origin))
+			return "", 0, failed(ReasonSlot, fmt.Errorf("postgres: follower: slot %s is in use by another connection (pid %d): does another process have the origin %q?", id.name, st.activePID, f.origin))
 		}
 	}
 	s := decide(f.pending, id.name == "", f.snapPath != "", &f.pos, st, pub)
@@ -172,29 +202,32 @@ func (f *Follower[K]) startPoint(ctx context.Context, sender *pgx.Conn, rc *pgco
 // transactions saves the guard, confirms positions, and sends heartbeats.
 func (f *Follower[K]) stream(ctx context.Context, sender *pgx.Conn, rc *pgconn.PgConn, rel relation, pub string, following *time.Time) error {
 	lastNote := time.Now()
+	var probe atomic.Pointer[walsender]
 	s, err := f.startSession(ctx, newToken(), pub, following, func(ctx context.Context, payload string) error {
 		if f.origin != "" && time.Since(lastNote) > noteEvery {
 			// Best effort: a slot not noted for long may be dropped by
 			// DropStaleSlots only while it is not active.
 			lastNote = time.Now()
 			name := slotName(rel.schema, rel.name, f.origin)
-			noteSlot(ctx, sender, rel.schema, name, f.table, f.origin)
+			f.noteSlot(ctx, sender, rel, name)
 			if st, err := readSlot(ctx, sender, name); err == nil {
 				f.retained.Store(st.retained)
 			}
 		}
-		return f.emit(ctx, sender, rel, payload)
+		return f.emit(ctx, sender, rel, payload, rc.PID(), &probe)
 	})
 	if err != nil {
 		return err
 	}
 	defer s.stop() // before sender closes (deferred earlier)
+	s.walsender = &probe
 	dec := newDecoder(rel.schema, rel.name, f.key)
 	app := &applier[K]{f: f, s: s}
 	var received pglogrepl.LSN // the end of what the server sent
 	nextStatus := time.Now()
 	noMarker := func(waited time.Duration) error {
-		return failed(ReasonHeartbeatLost, fmt.Errorf("postgres: follower: the marker sent %v ago has not come back in the stream", waited.Round(time.Millisecond)))
+		return failed(ReasonHeartbeatLost, fmt.Errorf("postgres: follower: the marker sent %v ago has not come back in the stream%s",
+			waited.Round(time.Millisecond), f.walsenderSays(s, time.Now())))
 	}
 	// The stream is waited for with the socket's read deadline, not a
 	// context per message: a context with a deadline, and pgconn's watch
@@ -209,7 +242,7 @@ func (f *Follower[K]) stream(ctx context.Context, sender *pgx.Conn, rc *pgconn.P
 		if busy {
 			time.Sleep(nap)
 		}
-		conn.SetReadDeadline(f.wake(&s.hb, s.next))
+		conn.SetReadDeadline(f.wake(&s.hb, s.next, time.Now()))
 		waited := time.Now()
 		msg, err := rc.ReceiveMessage(context.Background())
 		now := time.Now()
@@ -223,6 +256,7 @@ func (f *Follower[K]) stream(ctx context.Context, sender *pgx.Conn, rc *pgconn.P
 				break
 			}
 			s.hb.last = now
+			f.caughtUp(ctx, s, now)
 			reply, herr := f.handle(msg, dec, app, &received)
 			if herr != nil {
 				return herr
@@ -243,7 +277,7 @@ func (f *Follower[K]) stream(ctx context.Context, sender *pgx.Conn, rc *pgconn.P
 		}
 		if !now.Before(nextStatus) {
 			if err := f.status(ctx, rc, received); err != nil {
-				return failed(ReasonConnectionLost, err)
+				return failed(reasonFor(err, ReasonConnectionLost), err)
 			}
 			nextStatus = now.Add(min(statusEvery, f.heartbeat))
 		}
@@ -261,7 +295,8 @@ func (f *Follower[K]) handle(msg pgproto3.BackendMessage, dec *decoder, app *app
 	cd, ok := msg.(*pgproto3.CopyData)
 	if !ok {
 		if e, ok := msg.(*pgproto3.ErrorResponse); ok {
-			return false, failed(ReasonConnectionLost, fmt.Errorf("postgres: follower stream: %w", pgconn.ErrorResponseToPgError(e)))
+			pgErr := pgconn.ErrorResponseToPgError(e)
+			return false, failed(reasonFor(pgErr, ReasonConnectionLost), fmt.Errorf("postgres: follower stream: %w", pgErr))
 		}
 		return false, nil
 	}
@@ -332,13 +367,18 @@ func (f *Follower[K]) status(ctx context.Context, rc *pgconn.PgConn, received pg
 // transactional logical decoding message, with the version of the
 // publication of rel as this transaction sees it appended
 // (publicationVersion), within the heartbeat deadline: it comes back in
-// the stream in its own transaction, in commit order.
-func (f *Follower[K]) emit(ctx context.Context, c *pgx.Conn, rel relation, payload string) error {
+// the stream in its own transaction, in commit order. The same statement
+// asks what the walsender of pid is doing (walsenderQuery), for *probe.
+func (f *Follower[K]) emit(ctx context.Context, c *pgx.Conn, rel relation, payload string, pid uint32, probe *atomic.Pointer[walsender]) error {
 	ectx, cancel := context.WithTimeout(ctx, f.deadline)
 	defer cancel()
-	q := `SELECT pg_logical_emit_message(true, $3, $4 || ' ' || coalesce(` + publicationVersion + `, '-'))`
-	if _, err := c.Exec(ectx, q, publicationName(rel.schema, rel.name), rel.oid, controlPrefix, payload); err != nil {
+	sent := time.Now()
+	q := `SELECT pg_logical_emit_message(true, $3, $4 || ' ' || coalesce(` + publicationVersion + `, '-'))` + walsenderQuery
+	row := c.QueryRow(ectx, q, publicationName(rel.schema, rel.name), rel.oid, controlPrefix, payload, int64(pid))
+	w, err := scanWalsender(row, sent, probe.Load())
+	if err != nil {
 		return fmt.Errorf("postgres: follower: emit a message: %w", err)
 	}
+	probe.Store(w)
 	return nil
 }

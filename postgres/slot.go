@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // slotPrefix is how the names of the slots of the followers of table rel
@@ -61,20 +61,34 @@ type SlotInfo struct {
 // Slots lists the replication slots of the followers of table: each
 // process with an origin has one. A slot that is not active holds WAL on
 // the server for a follower that may come back: see [DropStaleSlots].
-func Slots(ctx context.Context, conn *pgx.Conn, table string) ([]SlotInfo, error) {
+func Slots(ctx context.Context, conn *pgx.Conn, table string, opts ...Option) ([]SlotInfo, error) {
 	if ctx == nil || conn == nil {
 		return nil, errors.New("postgres: Slots needs a context and a connection")
+	}
+	c, err := adminConfig("Slots", opts)
+	if err != nil {
+		return nil, err
 	}
 	schema, rel, err := splitTable(ctx, conn, table)
 	if err != nil {
 		return nil, err
 	}
 	prefix := slotPrefix(schema, rel)
+	// Without cuckooguard_slots (a follower that could not write it), no
+	// slot has a record.
+	reg := c.registryIn(schema)
+	var noted bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, reg).Scan(&noted); err != nil {
+		return nil, fmt.Errorf("postgres: list slots: %w", err)
+	}
+	if !noted {
+		reg = `(SELECT NULL::text AS slot_name, NULL::text AS origin, NULL::timestamptz AS last_seen)`
+	}
 	q := fmt.Sprintf(`SELECT s.slot_name::text, coalesce(r.origin, ''), s.active, coalesce(s.wal_status, ''),
 		coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn), 0)::bigint, r.last_seen
 		FROM pg_replication_slots s LEFT JOIN %s r ON r.slot_name = s.slot_name
 		WHERE s.database = current_database() AND starts_with(s.slot_name::text, $1)
-		ORDER BY 1`, pgx.Identifier{schema, registry}.Sanitize())
+		ORDER BY 1`, reg)
 	rows, err := conn.Query(ctx, q, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list slots: %w", err)
@@ -98,11 +112,15 @@ func Slots(ctx context.Context, conn *pgx.Conn, table string) ([]SlotInfo, error
 // server until it is dropped, or until max_slot_wal_keep_size makes the
 // server give it up. A follower whose slot was dropped reads the whole
 // table when it comes back.
-func DropStaleSlots(ctx context.Context, conn *pgx.Conn, table string, olderThan time.Duration) ([]string, error) {
+func DropStaleSlots(ctx context.Context, conn *pgx.Conn, table string, olderThan time.Duration, opts ...Option) ([]string, error) {
 	if olderThan <= 0 {
 		return nil, fmt.Errorf("postgres: DropStaleSlots: olderThan %v must be positive", olderThan)
 	}
-	slots, err := Slots(ctx, conn, table)
+	c, err := adminConfig("DropStaleSlots", opts)
+	if err != nil {
+		return nil, err
+	}
+	slots, err := Slots(ctx, conn, table, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +139,7 @@ func DropStaleSlots(ctx context.Context, conn *pgx.Conn, table string, olderThan
 			return dropped, fmt.Errorf("postgres: drop slot %s: %w", s.Name, err)
 		}
 		dropped = append(dropped, s.Name)
-		q := fmt.Sprintf(`DELETE FROM %s WHERE slot_name = $1`, pgx.Identifier{schema, registry}.Sanitize())
+		q := fmt.Sprintf(`DELETE FROM %s WHERE slot_name = $1`, c.registryIn(schema))
 		if _, err := conn.Exec(ctx, q, s.Name); err != nil {
 			return dropped, fmt.Errorf("postgres: forget slot %s: %w", s.Name, err)
 		}
@@ -132,6 +150,7 @@ func DropStaleSlots(ctx context.Context, conn *pgx.Conn, table string, olderThan
 // slotState is what a follower needs to know of its slot.
 type slotState struct {
 	exists, active bool
+	activePID      int64         // the walsender that holds it, if active
 	confirmed      pglogrepl.LSN // confirmed_flush_lsn
 	walStatus      string
 	retained       int64
@@ -141,10 +160,10 @@ type slotState struct {
 func readSlot(ctx context.Context, conn *pgx.Conn, name string) (slotState, error) {
 	var st slotState
 	var confirmed *string
-	err := conn.QueryRow(ctx, `SELECT active, confirmed_flush_lsn::text, coalesce(wal_status, ''),
+	err := conn.QueryRow(ctx, `SELECT active, coalesce(active_pid, 0)::bigint, confirmed_flush_lsn::text, coalesce(wal_status, ''),
 		coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint
 		FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, name).
-		Scan(&st.active, &confirmed, &st.walStatus, &st.retained)
+		Scan(&st.active, &st.activePID, &confirmed, &st.walStatus, &st.retained)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return st, nil
 	}
@@ -170,24 +189,30 @@ func dropSlot(ctx context.Context, conn *pgx.Conn, name string) error {
 	return nil
 }
 
-// noteSlot records in cuckooguard_slots that a follower uses slot name now.
-func noteSlot(ctx context.Context, conn *pgx.Conn, schema, name, table, origin string) error {
+// noteSlot records in reg (cuckooguard_slots) that a follower uses slot
+// name now.
+func noteSlot(ctx context.Context, conn *pgx.Conn, reg, name, table, origin string) error {
 	q := fmt.Sprintf(`INSERT INTO %s (slot_name, table_name, origin, last_seen) VALUES ($1, $2, $3, now())
-		ON CONFLICT (slot_name) DO UPDATE SET last_seen = now()`, pgx.Identifier{schema, registry}.Sanitize())
+		ON CONFLICT (slot_name) DO UPDATE SET last_seen = now()`, reg)
 	if _, err := conn.Exec(ctx, q, name, table, origin); err != nil {
-		return fmt.Errorf("postgres: note slot %s in %s: %w", name, registry, err)
+		return fmt.Errorf("postgres: note slot %s in %s: %w", name, reg, err)
 	}
 	return nil
 }
 
 // Unpublish undoes [Publish] for table: it drops the replication slots of
 // the table's followers, ending the connections that still stream from
-// them, the publication, and their rows in cuckooguard_slots. Stop the
+// them, the publication, and their rows in cuckooguard_slots, and that
+// table too once no other table's followers have rows in it. Stop the
 // followers first: one that runs on reads the table again and fails,
 // since the publication is gone.
-func Unpublish(ctx context.Context, conn *pgx.Conn, table string) error {
+func Unpublish(ctx context.Context, conn *pgx.Conn, table string, opts ...Option) error {
 	if ctx == nil || conn == nil {
 		return errors.New("postgres: Unpublish needs a context and a connection")
+	}
+	c, err := adminConfig("Unpublish", opts)
+	if err != nil {
+		return err
 	}
 	schema, rel, err := splitTable(ctx, conn, table)
 	if err != nil {
@@ -216,12 +241,39 @@ func Unpublish(ctx context.Context, conn *pgx.Conn, table string) error {
 	if _, err := conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{publicationName(schema, rel)}.Sanitize()); err != nil {
 		return fmt.Errorf("postgres: unpublish: %w", err)
 	}
-	q := fmt.Sprintf(`DELETE FROM %s WHERE starts_with(slot_name, $1)`, pgx.Identifier{schema, registry}.Sanitize())
-	if _, err := conn.Exec(ctx, q, prefix); err != nil {
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.Code != "42P01" { // no cuckooguard_slots: nothing to forget
+	// The table's rows in cuckooguard_slots, and the table itself once no
+	// other table's followers have rows in it.
+	reg := c.registryIn(schema)
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, reg).Scan(&exists); err != nil {
+		return fmt.Errorf("postgres: unpublish: %w", err)
+	}
+	if !exists {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE starts_with(slot_name, $1)`, reg), prefix); err != nil {
+		return fmt.Errorf("postgres: unpublish: %w", err)
+	}
+	var others bool
+	if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT FROM %s)`, reg)).Scan(&others); err != nil {
+		return fmt.Errorf("postgres: unpublish: %w", err)
+	}
+	if !others {
+		if _, err := conn.Exec(ctx, `DROP TABLE IF EXISTS `+reg); err != nil {
 			return fmt.Errorf("postgres: unpublish: %w", err)
 		}
 	}
 	return nil
+}
+
+// noteSlot records in cuckooguard_slots that this follower uses slot
+// name now, best effort: a follower whose role cannot write the table (or
+// that finds none) follows all the same, and says so once.
+func (f *Follower[K]) noteSlot(ctx context.Context, c *pgx.Conn, rel relation, name string) {
+	err := noteSlot(ctx, c, f.registry.registryIn(rel.schema), name, f.table, f.origin)
+	if err != nil && !f.noteSaid {
+		f.noteSaid = true
+		f.log.LogAttrs(ctx, slog.LevelWarn, "cuckooguard: follower cannot note its slot's use in cuckooguard_slots (run Publish, and grant its role SELECT, INSERT and UPDATE on the table); DropStaleSlots will not find the slot stale",
+			slog.String("slot", name), slog.Any("error", err))
+	}
 }

@@ -22,6 +22,16 @@ type FollowerStats struct {
 	LastApplied    time.Time     // when the last change was applied
 	RetryDelay     time.Duration // the wait before the last reconnect (see WithBackoff)
 
+	// While the stream is silent because the server is still decoding WAL
+	// before the table's next change (a bulk load), the follower waits for
+	// it, behind, rather than reconnect: DecodingBehind is how many bytes
+	// of WAL the server had yet to decode when last asked, BehindSince
+	// when the wait began (zero when it does not wait), and BusyWaits how
+	// many such waits there were.
+	DecodingBehind int64
+	BehindSince    time.Time
+	BusyWaits      int64
+
 	// LastError is the error of the last session that failed, and
 	// LastErrorReason its Reason; FailuresByReason counts the failed
 	// sessions by Reason (its values add up to Failures).
@@ -83,6 +93,11 @@ func (f *Follower[K]) Stats() FollowerStats {
 		SlotRetained:     f.retained.Load(),
 		Snapshots:        f.snapshots.Load(),
 		SnapshotStart:    f.restores.Load(),
+		DecodingBehind:   f.decodingBehind.Load(),
+		BusyWaits:        f.busyWaits.Load(),
+	}
+	if ns := f.behindSince.Load(); ns != 0 {
+		st.BehindSince = time.Unix(0, ns)
 	}
 	if lastErr != nil {
 		st.LastErrorReason = reasonOf(lastErr)

@@ -24,9 +24,8 @@ import (
 // ([WithKeyText]) must give the key. Tag returns an error for a key that
 // does not, such as an e-mail address in another case than the one the
 // table stores, whose skipped insert would leave the stored form absent
-// from the guard. Without an origin ([WithOrigin]) Tag does nothing. With
-// database/sql, run the statement of [Follower.TagQuery] in the
-// transaction.
+// from the guard. With database/sql, run the statement of
+// [Follower.TagQuery] in the transaction.
 func (f *Follower[K]) Tag(ctx context.Context, tx pgx.Tx, keys ...K) error {
 	switch {
 	case ctx == nil:
@@ -50,15 +49,12 @@ func (f *Follower[K]) Tag(ctx context.Context, tx pgx.Tx, keys ...K) error {
 // decoding it emits a transactional message (pg_logical_emit_message)
 // that names this Follower's origin and run and the keys; with
 // [WithNotify] it appends them to the setting the trigger reads. It
-// returns an empty query without an origin, and an error for no keys or
-// a key that does not read back as itself.
+// returns an error for no keys or a key that does not read back as
+// itself.
 func (f *Follower[K]) TagQuery(keys ...K) (query string, args []any, err error) {
 	tag := *f.tag.Load()
-	switch {
-	case len(keys) == 0:
+	if len(keys) == 0 {
 		return "", nil, errors.New("postgres: Tag: no keys: name the keys the transaction creates through the Loader")
-	case tag == "":
-		return "", nil, nil
 	}
 	content, err := f.tagContent(tag, keys)
 	if err != nil {

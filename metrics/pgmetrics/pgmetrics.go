@@ -19,6 +19,8 @@
 //	cuckooguard_follower_heartbeats_lost_total             counter  sessions given up: nothing came back within the deadline
 //	cuckooguard_follower_last_heartbeat_timestamp_seconds  gauge    when the last heartbeat came back (0: never)
 //	cuckooguard_follower_last_applied_timestamp_seconds    gauge    when the last notification was applied (0: never)
+//	cuckooguard_follower_decoding_behind_bytes             gauge    WAL the server has yet to decode while the follower waits for it (a bulk load); 0 otherwise
+//	cuckooguard_follower_busy_waits_total                  counter  times the follower waited for a busy walsender instead of reconnecting
 package pgmetrics
 
 import (
@@ -79,7 +81,7 @@ func NewFollowerCollector(f FollowerStatser, opts ...metrics.Option) prometheus.
 			Help: "Heartbeats sent through the database."},
 			func(s *S) float64 { return float64(s.Heartbeats) }).
 		Add(collect.Metric{Subsystem: sub, Name: "heartbeats_lost_total", Type: prometheus.CounterValue,
-			Help: "Sessions given up because nothing came back on the LISTEN connection within the heartbeat deadline."},
+			Help: "Sessions given up because nothing came back within the heartbeat deadline on a silent connection (for logical decoding: while the walsender was not at work)."},
 			func(s *S) float64 { return float64(s.HeartbeatsLost) }).
 		Add(collect.Metric{Subsystem: sub, Name: "last_heartbeat_timestamp_seconds", Type: prometheus.GaugeValue,
 			Help: "Unix time at which the last heartbeat came back; 0 if none has."},
@@ -87,8 +89,14 @@ func NewFollowerCollector(f FollowerStatser, opts ...metrics.Option) prometheus.
 		Add(collect.Metric{Subsystem: sub, Name: "last_applied_timestamp_seconds", Type: prometheus.GaugeValue,
 			Help: "Unix time at which the last notification was applied; 0 if none has been."},
 			func(s *S) float64 { return timestamp(s.LastApplied) })
+	c.Add(collect.Metric{Subsystem: sub, Name: "decoding_behind_bytes", Type: prometheus.GaugeValue,
+		Help: "While the follower's stream is silent because the server is still decoding WAL before the table's next change (a bulk load), the bytes of WAL it had yet to decode; 0 otherwise. The follower waits, behind, rather than reconnect and decode it again."},
+		func(s *S) float64 { return float64(s.DecodingBehind) }).
+		Add(collect.Metric{Subsystem: sub, Name: "busy_waits_total", Type: prometheus.CounterValue,
+			Help: "Times the follower waited for a walsender at work instead of calling its silent stream dead."},
+			func(s *S) float64 { return float64(s.BusyWaits) })
 	reads := collect.Metric{Subsystem: sub, Name: "full_reads_total", Type: prometheus.CounterValue, Labels: []string{"reason"},
-		Help: `Reads of the whole table, by why they were needed: "start", "snapshot_missing", "snapshot_bad", "snapshot_stale", "slot_missing", "slot_lost", "requested", "truncated", "big_transaction", "no_resume", "resume_failed". Every reason but "start" (and "requested", the Loader's) says something went wrong.`}
+		Help: `Reads of the whole table, by why they were needed: "start", "snapshot_missing", "snapshot_bad", "snapshot_stale", "slot_missing", "slot_lost", "requested", "truncated", "big_transaction", "no_resume", "resume_failed", "slot_moved", "publication_changed". Every reason but "start" and "snapshot_missing" (and "requested", the Loader's) says something went wrong.`}
 	for _, r := range postgres.ReadReasons {
 		c.Add(reads, func(s *S) float64 { return float64(s.FullReads[r]) }, string(r))
 	}
@@ -102,7 +110,7 @@ func NewFollowerCollector(f FollowerStatser, opts ...metrics.Option) prometheus.
 			Help: "Sessions that started from the snapshot file instead of reading the table."},
 			func(s *S) float64 { return float64(s.SnapshotStart) })
 	failures := collect.Metric{Subsystem: sub, Name: "session_failures_total", Type: prometheus.CounterValue, Labels: []string{"reason"},
-		Help: `Follower sessions that ended in an error, by reason: "connect", "listen", "not_installed", "resync", "no_notifications" (the connection cannot LISTEN, as through a transaction-pooling PgBouncer), "connection_lost", "heartbeat_lost", "notification".`}
+		Help: `Follower sessions that ended in an error, by reason: "connect", "listen", "not_installed", "resync", "no_notifications" (the connection cannot LISTEN, as through a transaction-pooling PgBouncer), "connection_lost", "heartbeat_lost" (a silent connection whose walsender was not at work), "notification", "setup", "slot", "publication" (the publication changed under it), "terminated" (the server ended it: pg_terminate_backend, a shutdown or restart).`}
 	for _, r := range postgres.Reasons {
 		c.Add(failures, func(s *S) float64 { return float64(s.FailuresByReason[r]) }, string(r))
 	}

@@ -32,6 +32,7 @@ func TestFollowerCollector(t *testing.T) {
 		LastErrorReason:  postgres.ReasonHeartbeatLost,
 		FullReads:        map[postgres.ReadReason]int64{postgres.ReadStart: 1, postgres.ReadSlotLost: 2},
 		SlotRetained:     1 << 20, Snapshots: 4, SnapshotStart: 1,
+		DecodingBehind: 3 << 20, BusyWaits: 2,
 		LastHeartbeat: beat, // LastApplied zero: never
 	}}
 	reg := prometheus.NewPedanticRegistry()
@@ -52,6 +53,8 @@ func TestFollowerCollector(t *testing.T) {
 		`cuckooguard_follower_heartbeats_lost_total{table="users"}`:                counter(1),
 		`cuckooguard_follower_last_heartbeat_timestamp_seconds{table="users"}`:     gauge(1_700_000_000.25),
 		`cuckooguard_follower_last_applied_timestamp_seconds{table="users"}`:       gauge(0),
+		`cuckooguard_follower_decoding_behind_bytes{table="users"}`:                gauge(3 << 20),
+		`cuckooguard_follower_busy_waits_total{table="users"}`:                     counter(2),
 	}
 	for _, r := range postgres.ReadReasons {
 		want[`cuckooguard_follower_full_reads_total{reason="`+string(r)+`",table="users"}`] = counter(float64(f.st.FullReads[r]))
