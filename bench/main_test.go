@@ -219,3 +219,26 @@ func TestTargetMode(t *testing.T) {
 	}
 	srv.CloseClientConnections()
 }
+
+// TestChartPathPrinted: the path the run prints is where the chart is, as
+// an absolute path; `go -C bench run .` runs in bench/, and printed
+// "chart: loadtest.png" for bench/loadtest.png.
+func TestChartPathPrinted(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	c, err := parseFlags([]string{"-store", "sim", "-latency", "0", "-rows", "500", "-ops", "500", "-workers", "2", "-chart", "rel.png", "-quiet"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), c, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	want := "chart: " + filepath.Join(dir, "rel.png") + "\n"
+	if !strings.Contains(out.String(), want) {
+		t.Fatalf("output does not say %q:\n%s", want, out.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "rel.png")); err != nil {
+		t.Fatal(err)
+	}
+}

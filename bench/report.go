@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -24,7 +25,13 @@ func report(c config, res *results, out io.Writer) error {
 		if err := writeChart(c.Chart, res); err != nil {
 			return fmt.Errorf("chart: %w", err)
 		}
-		fmt.Fprintf(out, "chart: %s\n", c.Chart)
+		// The absolute path: `go -C bench run .` runs in bench/, not in
+		// the directory the user typed the command in.
+		path := c.Chart
+		if abs, err := filepath.Abs(path); err == nil {
+			path = abs
+		}
+		fmt.Fprintf(out, "chart: %s\n", path)
 	}
 	return nil
 }

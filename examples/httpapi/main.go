@@ -9,7 +9,8 @@
 // with {"users": […], "missing": […]}, one query for all the ids the guard
 // does not rule out), POST /users with
 // {"id": 42, "name": "Ada"} (201, the shape GET answers; the id may also be
-// a string of digits; 400 for a field it does not know),
+// a string of digits; 400 for a field it does not know), or with
+// {"name": "Ada"} alone (201 with the id the database generated),
 // DELETE /users/{id} (204 or 404),
 // GET /metrics (Prometheus), GET /healthz (200 while the process serves),
 // GET /readyz (200 when the guard answers on its own, else 503) and
@@ -35,8 +36,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -52,46 +51,35 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
 	dsn := flag.String("dsn", "", "postgres:// URL, or a SQLite file path (default: a fresh file in a temp dir, removed on exit)")
 	rows := flag.Int64("rows", 100_000, "users to seed, ids 1..rows")
-	origin := flag.String("origin", "", "name of this replica among the replicas, in its replication slot and in pg_stat_activity (default: the host name, with a random suffix unless -snapshot is set)")
+	origin := flag.String("origin", "", "name of this replica among the replicas, stable across its restarts: its replication slot outlives it, to resume where it stopped (default: none, a temporary slot that dies with the process; with -snapshot, the host name)")
 	heartbeat := flag.Duration("heartbeat", 0, "how often the follower checks its stream through the database (default 1s; pass-through after 3 missed)")
 	notify := flag.Bool("notify", false, "follow the table through a trigger and LISTEN/NOTIFY instead of logical decoding (servers without wal_level=logical; slows the table's writers)")
 	snapshot := flag.String("snapshot", "", "file where the follower saves its guard, to restart without reading the table (needs a stable -origin)")
 	drain := flag.Duration("drain", 0, "on SIGTERM, how long to keep serving with /readyz at 503 before closing the listener")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	o, err := replicaOrigin(*origin, *snapshot != "")
-	if err != nil {
-		log.Error("httpapi", "error", err)
-		os.Exit(1)
-	}
-	cfg := config{DSN: *dsn, Rows: *rows, Origin: o, Heartbeat: *heartbeat, Notify: *notify, Snapshot: *snapshot}
+	cfg := config{DSN: *dsn, Rows: *rows, Origin: replicaOrigin(*origin, *snapshot != ""), Heartbeat: *heartbeat, Notify: *notify, Snapshot: *snapshot}
 	if err := run(*addr, cfg, *drain, log); err != nil {
 		log.Error("httpapi", "error", err)
 		os.Exit(1)
 	}
 }
 
-// replicaOrigin returns name (or the host name), and a random suffix
-// unless stable: a process that restarts from its snapshot file needs the
-// origin of its replication slot, the same across restarts (a host or pod
-// name). Two running processes with one origin cannot share the slot: the
-// second follower says so and retries.
-func replicaOrigin(name string, stable bool) (string, error) {
-	if name == "" {
-		h, err := os.Hostname()
-		if err != nil {
-			h = "httpapi"
+// replicaOrigin returns name, or the host name when a stable origin is
+// needed (stable: a process that restarts from its snapshot file needs the
+// replication slot of its last run), or "" for none. Without an origin
+// the follower's slot is temporary and dies with the process: a replica
+// started without -origin leaves no slot behind to hold WAL on the
+// server. Two running processes with one origin cannot share the slot:
+// the second follower says so and retries.
+func replicaOrigin(name string, stable bool) string {
+	if name == "" && stable {
+		if h, err := os.Hostname(); err == nil && h != "" {
+			return h
 		}
-		name = h
+		return "httpapi"
 	}
-	if stable {
-		return name, nil
-	}
-	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	return name + "-" + hex.EncodeToString(b[:]), nil
+	return name
 }
 
 func run(addr string, cfg config, drain time.Duration, log *slog.Logger) error {

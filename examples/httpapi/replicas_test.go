@@ -232,7 +232,7 @@ func TestReplicasBlackBox(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer admin.Close()
-	failuresBefore := b.metric(t, c, `cuckooguard_follower_session_failures_total{reason="connection_lost"}`)
+	failuresBefore := b.metric(t, c, `cuckooguard_follower_session_failures_total{reason="terminated"}`)
 	var (
 		stop      atomic.Bool
 		reads     atomic.Int64
@@ -254,7 +254,7 @@ func TestReplicasBlackBox(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond)
 	var killed int
-	err = admin.QueryRowContext(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name LIKE 'cuckooguard follower stream b-%'`).Scan(&killed)
+	err = admin.QueryRowContext(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'cuckooguard follower stream b'`).Scan(&killed)
 	if err != nil || killed != 1 {
 		t.Fatalf("terminated %d stream backends of b (%v), want 1", killed, err)
 	}
@@ -269,7 +269,7 @@ func TestReplicasBlackBox(t *testing.T) {
 			waitStatus(t, c, fmt.Sprintf("%s/users/%d", b.base, id), 200, time.Second)
 		}
 	}
-	for b.metric(t, c, `cuckooguard_follower_session_failures_total{reason="connection_lost"}`) == failuresBefore {
+	for b.metric(t, c, `cuckooguard_follower_session_failures_total{reason="terminated"}`) == failuresBefore {
 		if time.Since(kill) > 5*time.Second {
 			t.Fatal("b's follower did not notice its backend was terminated")
 		}
