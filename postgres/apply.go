@@ -23,8 +23,9 @@ type applier[K comparable] struct {
 // the keys that are gone.
 func (a *applier[K]) commit(t *txn) error {
 	f := a.f
+	tt := &t.tables[0]
 	own := f.ownKeys(t.tags)
-	for _, text := range t.creates {
+	for _, text := range tt.creates {
 		k, err := a.key(text)
 		if err != nil {
 			return err
@@ -38,7 +39,7 @@ func (a *applier[K]) commit(t *txn) error {
 			return err
 		}
 	}
-	for _, text := range t.deletes {
+	for _, text := range tt.deletes {
 		k, err := a.key(text)
 		if err != nil {
 			return err
@@ -49,7 +50,7 @@ func (a *applier[K]) commit(t *txn) error {
 	}
 	f.setApplied(t.end)
 	switch {
-	case t.truncated:
+	case tt.truncated:
 		return errTruncated
 	case t.overflow:
 		return errBigTransaction
@@ -59,7 +60,7 @@ func (a *applier[K]) commit(t *txn) error {
 
 // spill applies the creations of a transaction too big to hold back (see
 // maxTxKeys), before its commit and its tags: none is skipped.
-func (a *applier[K]) spill(creates []string) error {
+func (a *applier[K]) spill(_ int, creates []string) error {
 	for _, text := range creates {
 		k, err := a.key(text)
 		if err != nil {
@@ -72,8 +73,12 @@ func (a *applier[K]) spill(creates []string) error {
 	return nil
 }
 
-// control handles a marker or a heartbeat.
-func (a *applier[K]) control(payload string) error {
+// control handles a marker or a heartbeat: this follower's own, whose
+// prefix is controlPrefix alone (the others' are relayed ones).
+func (a *applier[K]) control(prefix, payload string) error {
+	if prefix != controlPrefix {
+		return nil
+	}
 	_, err := a.f.control(a.s, payload, a.now)
 	return err
 }

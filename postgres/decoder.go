@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pglogrepl"
 )
@@ -9,7 +10,7 @@ import (
 // Prefixes of the logical decoding messages a Follower sends itself.
 const (
 	originPrefix  = "cuckooguard.origin" // Tag: keys this transaction adds, and who added them
-	controlPrefix = "cuckooguard.hb"     // markers and heartbeats
+	controlPrefix = "cuckooguard.hb"     // markers and heartbeats; a relayed follower's carry a suffix (Source)
 )
 
 // maxTxKeys is the most keys a decoder holds back for one transaction (16
@@ -20,8 +21,8 @@ const (
 // is marked overflow, and its follower reads the table after it.
 const maxTxKeys = 1 << 20
 
-// A txn is one committed transaction of the followed table, as pgoutput
-// carries it.
+// A txn is one committed transaction, as pgoutput carries it: what it
+// did to each followed table, its tags, and its control messages.
 //
 // Its changes are applied at its commit, creations first. A session that
 // ends within a transaction has applied none of it; the next one replays
@@ -30,40 +31,61 @@ const maxTxKeys = 1 << 20
 // the copy of another key; creations first, so that a key created and
 // deleted in one transaction is never removed before it is added.)
 type txn struct {
-	end       pglogrepl.LSN // the end of its commit record: a resume after it starts there
-	creates   []string      // keys inserted, and new keys of key updates, as text, in stream order
-	deletes   []string      // keys deleted, and old keys of key updates
-	tags      [][]byte      // the contents of its tags (originPrefix messages), in stream order
-	truncated bool          // it truncated the table
-	spilled   bool          // creates were passed on before the commit (more than maxTxKeys held)
-	overflow  bool          // it deleted more keys than held back: deletes is incomplete
+	end      pglogrepl.LSN // the end of its commit record: a resume after it starts there
+	xid      uint32        // its transaction id
+	tables   []tableTxn    // per followed table, in the decoder's order
+	tags     [][]byte      // the contents of its tags (originPrefix messages), in stream order
+	spilled  bool          // creates were passed on before the commit (more than maxTxKeys held)
+	overflow bool          // it deleted more keys than held back: some table's deletes are incomplete
 }
 
-// A txnSink takes what a decoder decodes: committed transactions of the
-// table, creations passed on early, and the control messages (markers and
-// heartbeats).
+// tableTxn is what a transaction did to one table.
+type tableTxn struct {
+	creates   []string // keys inserted, and new keys of key updates, as text, in stream order
+	deletes   []string // keys deleted, and old keys of key updates
+	truncated bool     // it truncated the table
+}
+
+// touched reports whether the transaction changed the table.
+func (t *tableTxn) touched() bool { return len(t.creates) > 0 || len(t.deletes) > 0 || t.truncated }
+
+// A txnSink takes what a decoder decodes: committed transactions,
+// creations passed on early, and control messages (markers and
+// heartbeats, whose prefix begins with controlPrefix).
 type txnSink interface {
 	commit(t *txn) error
-	spill(creates []string) error
-	control(payload string) error
+	spill(table int, creates []string) error
+	control(prefix, payload string) error
 }
 
 // decoder turns one session's pgoutput messages (proto_version 1, with
-// messages) into transactions of the followed table's keys, as text. It
-// knows nothing of the key's type, the guard, or which process wrote what:
-// a Follower applies what it decodes (applier), and so could a relay that
-// publishes it. It needs no server, and is tested without one.
+// messages) into transactions of the followed tables' keys, as text. It
+// knows nothing of the keys' types, the guard, or which process wrote
+// what: a Follower applies what it decodes (applier), and a Source passes
+// it on. It needs no server, and is tested without one.
 type decoder struct {
-	schema, rel, key string // the followed table and key column
-	limit            int    // maxTxKeys, smaller in tests
-	relID            uint32 // the table's relation id in this stream; 0 until its Relation message
-	keyCol           int    // the key column's index in the table's tuples
-	open             bool   // between a Begin and its Commit
-	tx               txn
+	tables []decodedTable
+	limit  int  // maxTxKeys, smaller in tests
+	open   bool // between a Begin and its Commit
+	tx     txn
 }
 
-func newDecoder(schema, rel, key string) *decoder {
-	return &decoder{schema: schema, rel: rel, key: key, limit: maxTxKeys, keyCol: -1}
+// decodedTable is a followed table of a decoder.
+type decodedTable struct {
+	schema, rel, key string
+	relID            uint32 // its relation id in this stream; 0 until its Relation message
+	keyCol           int    // the key column's index in its tuples
+}
+
+// newDecoder returns a decoder of the tables; each is a relation and its
+// key column.
+func newDecoder(tables ...decodedTable) *decoder {
+	d := &decoder{limit: maxTxKeys, tables: tables}
+	for i := range d.tables {
+		d.tables[i].keyCol = -1
+	}
+	d.tx.tables = make([]tableTxn, len(tables))
+	return d
 }
 
 // decode decodes the pgoutput message in wal (an XLogData's payload).
@@ -75,115 +97,161 @@ func (d *decoder) decode(wal []byte, sink txnSink) error {
 	return d.message(m, sink)
 }
 
+// table returns the index of the followed table of relation id rel, or -1.
+func (d *decoder) table(rel uint32) int {
+	for i := range d.tables {
+		if d.tables[i].relID == rel && rel != 0 {
+			return i
+		}
+	}
+	return -1
+}
+
 // message decodes one pgoutput message.
 func (d *decoder) message(m pglogrepl.Message, sink txnSink) error {
 	switch m := m.(type) {
 	case *pglogrepl.RelationMessage:
-		if m.Namespace != d.schema || m.RelationName != d.rel {
-			return nil // another table of the publication
-		}
-		d.relID, d.keyCol = m.RelationID, -1
-		for i, c := range m.Columns {
-			if c.Name == d.key {
-				d.keyCol = i
+		for i := range d.tables {
+			t := &d.tables[i]
+			if m.Namespace != t.schema || m.RelationName != t.rel {
+				continue
 			}
-		}
-		if d.keyCol < 0 {
-			return fmt.Errorf("%w: the stream of table %s.%s has no column %s", ErrNotPublished, d.schema, d.rel, d.key)
+			t.relID, t.keyCol = m.RelationID, -1
+			for j, c := range m.Columns {
+				if c.Name == t.key {
+					t.keyCol = j
+				}
+			}
+			if t.keyCol < 0 {
+				return fmt.Errorf("%w: the stream of table %s.%s has no column %s", ErrNotPublished, t.schema, t.rel, t.key)
+			}
 		}
 	case *pglogrepl.BeginMessage:
 		d.open = true
-		d.tx = txn{creates: d.tx.creates[:0], deletes: d.tx.deletes[:0], tags: d.tx.tags[:0]}
+		for i := range d.tx.tables {
+			tt := &d.tx.tables[i]
+			*tt = tableTxn{creates: tt.creates[:0], deletes: tt.deletes[:0]}
+		}
+		d.tx = txn{xid: m.Xid, tables: d.tx.tables, tags: d.tx.tags[:0]}
 	case *pglogrepl.LogicalDecodingMessage:
-		switch m.Prefix {
-		case originPrefix:
+		switch {
+		case m.Prefix == originPrefix:
 			d.tx.tags = append(d.tx.tags, append([]byte(nil), m.Content...))
-		case controlPrefix:
-			return sink.control(string(m.Content))
+		case strings.HasPrefix(m.Prefix, controlPrefix):
+			return sink.control(m.Prefix, string(m.Content))
 		}
 	case *pglogrepl.InsertMessage:
-		if m.RelationID == d.relID {
-			return d.create(m.Tuple, sink)
+		if i := d.table(m.RelationID); i >= 0 {
+			return d.create(i, m.Tuple, sink)
 		}
 	case *pglogrepl.UpdateMessage:
 		// Without an old tuple the key did not change: a publication of
 		// the key column alone sends it only then.
-		if m.RelationID != d.relID || m.OldTuple == nil {
+		i := d.table(m.RelationID)
+		if i < 0 || m.OldTuple == nil {
 			return nil
 		}
-		if err := d.delete(m.OldTuple, sink); err != nil {
+		if err := d.delete(i, m.OldTuple, sink); err != nil {
 			return err
 		}
-		return d.create(m.NewTuple, sink)
+		return d.create(i, m.NewTuple, sink)
 	case *pglogrepl.DeleteMessage:
-		if m.RelationID == d.relID {
-			return d.delete(m.OldTuple, sink)
+		if i := d.table(m.RelationID); i >= 0 {
+			return d.delete(i, m.OldTuple, sink)
 		}
 	case *pglogrepl.TruncateMessage:
 		for _, id := range m.RelationIDs {
-			d.tx.truncated = d.tx.truncated || id == d.relID
+			if i := d.table(id); i >= 0 {
+				d.tx.tables[i].truncated = true
+			}
 		}
 	case *pglogrepl.CommitMessage:
 		d.open = false
 		d.tx.end = m.TransactionEndLSN
 		err := sink.commit(&d.tx)
-		if cap(d.tx.creates)+cap(d.tx.deletes) > 4096 {
-			d.tx = txn{} // a big transaction's buffers go with it
+		big := false
+		for i := range d.tx.tables {
+			big = big || cap(d.tx.tables[i].creates)+cap(d.tx.tables[i].deletes) > 4096
+		}
+		if big { // a big transaction's buffers go with it
+			d.tx = txn{tables: make([]tableTxn, len(d.tables))}
 		}
 		return err
 	}
 	return nil
 }
 
-// keyOf returns the text of the key of tuple.
-func (d *decoder) keyOf(tuple *pglogrepl.TupleData) (string, error) {
-	if tuple == nil || d.keyCol < 0 || d.keyCol >= len(tuple.Columns) || tuple.Columns[d.keyCol].DataType != pglogrepl.TupleDataTypeText {
-		return "", fmt.Errorf("postgres: a change of table %s.%s without its key", d.schema, d.rel)
+// keyOf returns the text of the key of tuple of table i.
+func (d *decoder) keyOf(i int, tuple *pglogrepl.TupleData) (string, error) {
+	t := &d.tables[i]
+	if tuple == nil || t.keyCol < 0 || t.keyCol >= len(tuple.Columns) || tuple.Columns[t.keyCol].DataType != pglogrepl.TupleDataTypeText {
+		return "", fmt.Errorf("postgres: a change of table %s.%s without its key", t.schema, t.rel)
 	}
-	return string(tuple.Columns[d.keyCol].Data), nil
+	return string(tuple.Columns[t.keyCol].Data), nil
 }
 
 // held is how many keys the open transaction holds back.
-func (d *decoder) held() int { return len(d.tx.creates) + len(d.tx.deletes) }
-
-func (d *decoder) create(tuple *pglogrepl.TupleData, sink txnSink) error {
-	k, err := d.keyOf(tuple)
-	if err != nil {
-		return err
+func (d *decoder) held() int {
+	n := 0
+	for i := range d.tx.tables {
+		n += len(d.tx.tables[i].creates) + len(d.tx.tables[i].deletes)
 	}
-	d.tx.creates = append(d.tx.creates, k)
-	if d.held() >= d.limit {
-		// Applied now rather than at the commit: a tag that comes later
-		// does not cover them (an extra copy each, never a missing one).
+	return n
+}
+
+// spillCreates passes on the held creations of every table: applied now
+// rather than at the commit, a tag that comes later does not cover them
+// (an extra copy each, never a missing one).
+func (d *decoder) spillCreates(sink txnSink) error {
+	for i := range d.tx.tables {
+		tt := &d.tx.tables[i]
+		if len(tt.creates) == 0 {
+			continue
+		}
 		d.tx.spilled = true
-		err := sink.spill(d.tx.creates)
-		d.tx.creates = d.tx.creates[:0]
-		return err
+		if err := sink.spill(i, tt.creates); err != nil {
+			return err
+		}
+		tt.creates = tt.creates[:0]
 	}
 	return nil
 }
 
-func (d *decoder) delete(tuple *pglogrepl.TupleData, sink txnSink) error {
-	k, err := d.keyOf(tuple)
+func (d *decoder) create(i int, tuple *pglogrepl.TupleData, sink txnSink) error {
+	k, err := d.keyOf(i, tuple)
 	if err != nil {
 		return err
 	}
+	d.tx.tables[i].creates = append(d.tx.tables[i].creates, k)
+	if d.held() >= d.limit {
+		return d.spillCreates(sink)
+	}
+	return nil
+}
+
+func (d *decoder) delete(i int, tuple *pglogrepl.TupleData, sink txnSink) error {
+	k, err := d.keyOf(i, tuple)
+	if err != nil {
+		return err
+	}
+	tt := &d.tx.tables[i]
 	switch {
 	case d.tx.overflow:
 	case d.held() >= d.limit:
-		if len(d.tx.creates) > 0 {
-			// Make room: creations can be passed on early, deletions not.
-			d.tx.spilled = true
-			if err := sink.spill(d.tx.creates); err != nil {
-				return err
-			}
-			d.tx.creates = d.tx.creates[:0]
-			d.tx.deletes = append(d.tx.deletes, k)
+		// Make room: creations can be passed on early, deletions not.
+		if err := d.spillCreates(sink); err != nil {
+			return err
+		}
+		if d.held() < d.limit {
+			tt.deletes = append(tt.deletes, k)
 			return nil
 		}
-		d.tx.deletes, d.tx.overflow = nil, true
+		for j := range d.tx.tables {
+			d.tx.tables[j].deletes = nil
+		}
+		d.tx.overflow = true
 	default:
-		d.tx.deletes = append(d.tx.deletes, k)
+		tt.deletes = append(tt.deletes, k)
 	}
 	return nil
 }

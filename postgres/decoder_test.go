@@ -21,20 +21,25 @@ type recorder struct {
 
 func (r *recorder) commit(t *txn) error {
 	c := *t
-	c.creates = append([]string(nil), t.creates...)
-	c.deletes = append([]string(nil), t.deletes...)
+	c.tables = nil
+	for _, tt := range t.tables {
+		c.tables = append(c.tables, tableTxn{creates: append([]string(nil), tt.creates...), deletes: append([]string(nil), tt.deletes...), truncated: tt.truncated})
+	}
 	c.tags = append([][]byte(nil), t.tags...)
 	r.txns = append(r.txns, c)
 	return nil
 }
-func (r *recorder) spill(creates []string) error {
+func (r *recorder) spill(_ int, creates []string) error {
 	r.spills = append(r.spills, append([]string(nil), creates...))
 	return nil
 }
-func (r *recorder) control(payload string) error {
-	r.controls = append(r.controls, payload)
+func (r *recorder) control(prefix, payload string) error {
+	r.controls = append(r.controls, prefix+" "+payload)
 	return nil
 }
+
+// users is the tests' followed table.
+func users(schema string) decodedTable { return decodedTable{schema: schema, rel: "users", key: "id"} }
 
 // pgoutput builds the bytes of pgoutput messages (protocol version 1), as
 // the server sends them in XLogData.
@@ -124,7 +129,7 @@ func feed(t *testing.T, d *decoder, sink txnSink, msgs ...[]byte) {
 // update that keeps its key, deletes, tags, a control message, and a
 // TRUNCATE of the table and of another.
 func TestDecoderTransactions(t *testing.T) {
-	d := newDecoder("app", "users", "id")
+	d := newDecoder(users("app"))
 	r := &recorder{}
 	buf := messageMsg(originPrefix, []byte("tag"))
 	feed(t, d, r,
@@ -141,18 +146,18 @@ func TestDecoderTransactions(t *testing.T) {
 		begin(3), truncateMsg(9, 7), commit(0x3000),
 	)
 	buf[len(buf)-1] = 'X' // the decoder keeps no slice of the wire's buffer
-	if d.keyCol != 1 {
-		t.Fatalf("key column %d, want 1 (the second of the relation's columns)", d.keyCol)
+	if d.tables[0].keyCol != 1 {
+		t.Fatalf("key column %d, want 1 (the second of the relation's columns)", d.tables[0].keyCol)
 	}
-	if len(r.txns) != 3 || len(r.controls) != 1 || r.controls[0] != "H x-1 v" {
+	if len(r.txns) != 3 || len(r.controls) != 1 || r.controls[0] != controlPrefix+" H x-1 v" {
 		t.Fatalf("%d transactions, controls %q", len(r.txns), r.controls)
 	}
 	tx := r.txns[0]
-	if got, want := [3]string{join(tx.creates), join(tx.deletes), string(tx.tags[0])}, [3]string{"1,2", "1,3", "tag"}; got != want {
+	if got, want := [3]string{join(tx.tables[0].creates), join(tx.tables[0].deletes), string(tx.tags[0])}, [3]string{"1,2", "1,3", "tag"}; got != want {
 		t.Fatalf("creates, deletes, tag = %q, want %q", got, want)
 	}
-	if tx.end != 0x1000 || tx.truncated || r.txns[1].truncated || !r.txns[2].truncated {
-		t.Fatalf("end %s, truncated %v %v %v", tx.end, tx.truncated, r.txns[1].truncated, r.txns[2].truncated)
+	if tx.end != 0x1000 || tx.xid != 1 || tx.tables[0].truncated || r.txns[1].tables[0].truncated || !r.txns[2].tables[0].truncated {
+		t.Fatalf("end %s, xid %d, truncated %v %v %v", tx.end, tx.xid, tx.tables[0].truncated, r.txns[1].tables[0].truncated, r.txns[2].tables[0].truncated)
 	}
 	// A relation of the table without the key column: not published.
 	err := d.decode(relationMsg(7, "app", "users", "name"), r)
@@ -176,24 +181,24 @@ func join(ss []string) string {
 // limit passes its creations on early and drops its deletions, marked
 // overflow: bounded memory, never a delete applied twice.
 func TestDecoderBigTransaction(t *testing.T) {
-	d := newDecoder("app", "users", "id")
+	d := newDecoder(users("app"))
 	d.limit = 10
 	r := &recorder{}
 	feed(t, d, r, relationMsg(7, "app", "users", "name", "id"), begin(1))
 	for i := range 25 {
 		feed(t, d, r, insertMsg(7, strconv.Itoa(i)))
 	}
-	if len(r.spills) != 2 || len(d.tx.creates) != 5 {
-		t.Fatalf("%d spills, %d creates held; want 2 of 10, 5 held", len(r.spills), len(d.tx.creates))
+	if len(r.spills) != 2 || len(d.tx.tables[0].creates) != 5 {
+		t.Fatalf("%d spills, %d creates held; want 2 of 10, 5 held", len(r.spills), len(d.tx.tables[0].creates))
 	}
 	for i := range 11 { // 5 creates and 5 deletes held: the creates go; 10 deletes held; then one too many
 		feed(t, d, r, deleteMsg(7, strconv.Itoa(i)))
 	}
 	feed(t, d, r, commit(0x100))
 	tx := r.txns[0]
-	if len(r.spills) != 3 || len(tx.creates) != 0 || !tx.spilled || !tx.overflow || len(tx.deletes) != 0 {
+	if len(r.spills) != 3 || len(tx.tables[0].creates) != 0 || !tx.spilled || !tx.overflow || len(tx.tables[0].deletes) != 0 {
 		t.Fatalf("spills %d, creates %d, spilled %v, overflow %v, deletes %d; want 3, 0, true, true, 0",
-			len(r.spills), len(tx.creates), tx.spilled, tx.overflow, len(tx.deletes))
+			len(r.spills), len(tx.tables[0].creates), tx.spilled, tx.overflow, len(tx.tables[0].deletes))
 	}
 }
 
@@ -220,12 +225,12 @@ func TestApplierHoldsChangesUntilCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	tx := [][]byte{relationMsg(7, "public", "users", "name", "id"), begin(1), deleteMsg(7, "1"), insertMsg(7, "2")}
-	d := newDecoder("public", "users", "id")
+	d := newDecoder(users("public"))
 	feed(t, d, a, tx...) // the session ends before the commit
 	if n := l.Guard().Len(); n != 1 {
 		t.Fatalf("%d copies after a transaction cut before its commit, want 1: nothing of it applied", n)
 	}
-	replay := newDecoder("public", "users", "id")
+	replay := newDecoder(users("public"))
 	feed(t, replay, a, append(tx, commit(100))...)
 	if !l.MayContain(2) || l.Guard().Len() != 1 {
 		t.Fatalf("after the replay: %d copies, want 1 (key 2)", l.Guard().Len())
@@ -254,7 +259,7 @@ func TestApplierSkipsTaggedKeysOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d := newDecoder("public", "users", "id")
+	d := newDecoder(users("public"))
 	feed(t, d, a, relationMsg(7, "public", "users", "name", "id"),
 		begin(1), tag("A 1", 7000), insertMsg(7, "7000"), insertMsg(7, "7001"), commit(0x10),
 		begin(2), insertMsg(7, "8000"), tag("A 1", 8000), commit(0x20),
@@ -272,5 +277,31 @@ func TestApplierSkipsTaggedKeysOnly(t *testing.T) {
 	}
 	if got := a.f.skipped.Load(); got != 3 {
 		t.Fatalf("%d inserts skipped, want 3 (7000, 8000, and 9000 once)", got)
+	}
+}
+
+// TestDecoderTables decodes one stream of two followed tables and one
+// other: each transaction says what it did to each, and a control
+// message with a suffix (a relayed follower's) keeps its prefix.
+func TestDecoderTables(t *testing.T) {
+	d := newDecoder(users("app"), decodedTable{schema: "app", rel: "orders", key: "no"})
+	r := &recorder{}
+	feed(t, d, r,
+		relationMsg(7, "app", "users", "name", "id"),
+		relationMsg(8, "app", "orders", "no"),
+		relationMsg(9, "app", "other", "id"),
+		begin(1), insertMsg(7, "1"), insertMsg(8, "1"), insertMsg(9, "1"), deleteMsg(8, "2"),
+		messageMsg(controlPrefix+"/app.orders", []byte("H y-1 v")), commit(0x100),
+		begin(2), truncateMsg(8), commit(0x200),
+	)
+	if len(r.txns) != 2 || len(r.controls) != 1 || r.controls[0] != controlPrefix+"/app.orders H y-1 v" {
+		t.Fatalf("%d transactions, controls %q", len(r.txns), r.controls)
+	}
+	u, o := r.txns[0].tables[0], r.txns[0].tables[1]
+	if join(u.creates) != "1" || len(u.deletes) != 0 || join(o.creates) != "1" || join(o.deletes) != "2" {
+		t.Fatalf("users %+v, orders %+v", u, o)
+	}
+	if r.txns[1].tables[0].touched() || !r.txns[1].tables[1].truncated {
+		t.Fatalf("second transaction: %+v", r.txns[1].tables)
 	}
 }

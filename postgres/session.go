@@ -221,7 +221,7 @@ func (f *Follower[K]) stream(ctx context.Context, sender *pgx.Conn, rc *pgconn.P
 	}
 	defer s.stop() // before sender closes (deferred earlier)
 	s.walsender = &probe
-	dec := newDecoder(rel.schema, rel.name, f.key)
+	dec := newDecoder(decodedTable{schema: rel.schema, rel: rel.name, key: f.key})
 	app := &applier[K]{f: f, s: s}
 	var received pglogrepl.LSN // the end of what the server sent
 	nextStatus := time.Now()
