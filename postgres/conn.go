@@ -4,59 +4,67 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// connect opens a connection, within the heartbeat deadline: a database
-// that does not answer is a failure like any other.
-func (f *Follower[K]) connect(ctx context.Context, role string) (*pgx.Conn, error) {
-	cctx, cancel := context.WithTimeout(ctx, f.deadline)
+// dialer opens the connections of a Follower or a Source.
+type dialer struct {
+	conf    *pgx.ConnConfig // parsed dsn; each connection copies it
+	who     string          // "follower" or "relay", in application_name
+	origin  string          // the process's name among its peers, in application_name; may be ""
+	timeout time.Duration   // the heartbeat deadline: connecting takes no longer
+}
+
+// connect opens a regular connection for role, within the deadline: a
+// database that does not answer is a failure like any other.
+func (d *dialer) connect(ctx context.Context, role string) (*pgx.Conn, error) {
+	cctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
-	conf := f.conf.Copy()
-	f.name(conf.RuntimeParams, role)
+	conf := d.conf.Copy()
+	d.name(conf.RuntimeParams, role)
 	// No prepared statements: through a pooler (PgBouncer), one server
 	// connection serves many clients, whose cached statements collide
-	// ("prepared statement stmtcache_… already exists"). The follower's
-	// few statements gain nothing from preparing.
-	// It also makes every result text, printed by the type's output
-	// function, as the change stream prints keys (see scan).
+	// ("prepared statement stmtcache_… already exists"). The few
+	// statements here gain nothing from preparing. It also makes every
+	// result text, printed by the type's output function, as the change
+	// stream prints keys (see scan).
 	conf.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 	pinOutput(conf.RuntimeParams)
 	c, err := pgx.ConnectConfig(cctx, conf)
 	if err != nil {
-		return nil, failed(ReasonConnect, fmt.Errorf("postgres: follower connect: %w", err))
+		return nil, failed(ReasonConnect, fmt.Errorf("postgres: %s connect: %w", d.who, err))
+	}
+	return c, nil
+}
+
+// connectStream opens the replication connection, within the deadline.
+func (d *dialer) connectStream(ctx context.Context) (*pgconn.PgConn, error) {
+	cctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	conf := d.conf.Config.Copy()
+	conf.RuntimeParams["replication"] = "database"
+	d.name(conf.RuntimeParams, "stream")
+	pinOutput(conf.RuntimeParams)
+	c, err := pgconn.ConnectConfig(cctx, conf)
+	if err != nil {
+		return nil, failed(ReasonConnect, fmt.Errorf("postgres: %s connect for streaming: %w", d.who, err))
 	}
 	return c, nil
 }
 
 // name sets the application_name that pg_stat_activity shows for a
 // connection of role, unless the DSN sets one.
-func (f *Follower[K]) name(params map[string]string, role string) {
+func (d *dialer) name(params map[string]string, role string) {
 	if params["application_name"] == "" {
-		name := "cuckooguard follower " + role
-		if f.origin != "" {
-			name += " " + f.origin
+		name := "cuckooguard " + d.who + " " + role
+		if d.origin != "" {
+			name += " " + d.origin
 		}
 		params["application_name"] = name // PostgreSQL truncates it to 63 bytes
 	}
-}
-
-// connectStream opens the replication connection, within the heartbeat
-// deadline.
-func (f *Follower[K]) connectStream(ctx context.Context) (*pgconn.PgConn, error) {
-	cctx, cancel := context.WithTimeout(ctx, f.deadline)
-	defer cancel()
-	conf := f.conf.Config.Copy()
-	conf.RuntimeParams["replication"] = "database"
-	f.name(conf.RuntimeParams, "stream")
-	pinOutput(conf.RuntimeParams)
-	c, err := pgconn.ConnectConfig(cctx, conf)
-	if err != nil {
-		return nil, failed(ReasonConnect, fmt.Errorf("postgres: follower connect for streaming: %w", err))
-	}
-	return c, nil
 }
 
 // pinOutput sets, in the startup parameters of a Follower's connection,

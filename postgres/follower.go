@@ -84,7 +84,7 @@ type Target[K comparable] interface {
 // Tag from any. A Loader follows one Follower at a time.
 type Follower[K comparable] struct {
 	loader    Target[K]
-	conf      *pgx.ConnConfig // parsed dsn; each connection copies it
+	dial      dialer
 	table     string
 	key       string
 	parse     func(string) (K, error)
@@ -172,7 +172,7 @@ func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, p
 	if err != nil {
 		return nil, fmt.Errorf("postgres: follower: %w", err)
 	}
-	f := &Follower[K]{loader: loader, conf: conf, table: table, key: keyColumn, parse: parse,
+	f := &Follower[K]{loader: loader, dial: dialer{conf: conf, who: "follower", origin: c.origin, timeout: c.deadline}, table: table, key: keyColumn, parse: parse,
 		origin: c.origin, backoff: c.backoff, maxLag: c.maxLag, heartbeat: c.heartbeat, deadline: c.deadline,
 		notify: c.notify, snapPath: c.snapshotPath, snapEvery: c.snapshotInterval,
 		// Its own attributes under a group of their own: a user's logger

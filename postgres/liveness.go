@@ -148,14 +148,14 @@ func reasonFor(err error, timeout Reason) Reason {
 	return ReasonConnectionLost
 }
 
-// releaseSlot frees slot, held by pid, the walsender of this follower's
+// releaseSlot frees slot, held by pid, the walsender of this process's
 // last session, which may still be decoding after the session gave up on
-// it: it is ended, and the slot waited for within the deadline.
-func (f *Follower[K]) releaseSlot(ctx context.Context, c *pgx.Conn, slot string, pid int64) error {
+// it: it is ended, and the slot waited for for up to timeout.
+func releaseSlot(ctx context.Context, c *pgx.Conn, slot string, pid int64, timeout time.Duration) error {
 	if _, err := c.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
-		return fmt.Errorf("postgres: follower: end the last session's walsender (pid %d): %w", pid, err)
+		return fmt.Errorf("postgres: end the last session's walsender (pid %d): %w", pid, err)
 	}
-	for deadline := time.Now().Add(f.deadline); ; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(timeout); ; time.Sleep(10 * time.Millisecond) {
 		st, err := readSlot(ctx, c, slot)
 		if err != nil {
 			return err
@@ -164,7 +164,7 @@ func (f *Follower[K]) releaseSlot(ctx context.Context, c *pgx.Conn, slot string,
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("postgres: follower: slot %s stays held by pid %d", slot, st.activePID)
+			return fmt.Errorf("postgres: slot %s stays held by pid %d", slot, st.activePID)
 		}
 	}
 }

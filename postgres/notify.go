@@ -16,7 +16,7 @@ import (
 // not see, with a heartbeat. It sets *following when the marker comes
 // back.
 func (f *Follower[K]) followNotify(ctx context.Context, following *time.Time) error {
-	listen, err := f.connect(ctx, "listen")
+	listen, err := f.dial.connect(ctx, "listen")
 	if err != nil {
 		return err
 	}
@@ -31,7 +31,7 @@ func (f *Follower[K]) followNotify(ctx context.Context, following *time.Time) er
 		return failed(ReasonListen, fmt.Errorf("postgres: follower listen: %w", err))
 	}
 	f.state.Store(int32(Resyncing))
-	sender, err := f.connect(ctx, "read") // reads the table, then sends the heartbeats
+	sender, err := f.dial.connect(ctx, "read") // reads the table, then sends the heartbeats
 	if err != nil {
 		return err
 	}

@@ -53,7 +53,7 @@ var testHookBeforeStart func(slot string)
 //
 // It sets *following when the marker comes back.
 func (f *Follower[K]) followLogical(ctx context.Context, following *time.Time) error {
-	sender, err := f.connect(ctx, "read") // checks, the read, heartbeats, the slot's record
+	sender, err := f.dial.connect(ctx, "read") // checks, the read, heartbeats, the slot's record
 	if err != nil {
 		return err
 	}
@@ -62,7 +62,7 @@ func (f *Follower[K]) followLogical(ctx context.Context, following *time.Time) e
 	if err != nil {
 		return err
 	}
-	rc, err := f.connectStream(ctx)
+	rc, err := f.dial.connectStream(ctx)
 	if err != nil {
 		return err
 	}
@@ -172,7 +172,7 @@ func (f *Follower[K]) startPoint(ctx context.Context, sender *pgx.Conn, rc *pgco
 		if st.active && f.lastStream != 0 && st.activePID == int64(f.lastStream) {
 			// This follower's last walsender, still at work (decoding a
 			// bulk load, say) after its session ended: end it.
-			if err := f.releaseSlot(ctx, sender, id.name, st.activePID); err != nil {
+			if err := releaseSlot(ctx, sender, id.name, st.activePID, f.deadline); err != nil {
 				return "", 0, failed(ReasonSlot, err)
 			}
 			if st, err = readSlot(ctx, sender, id.name); err != nil {

@@ -1,0 +1,266 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cuckooguard/cuckooguard/internal/options"
+)
+
+// SourceTable is a table that a [Source] streams, and its key column, as
+// [NewFollower] takes them.
+type SourceTable struct {
+	Table string
+	Key   string
+}
+
+// A Source streams the committed changes of several published tables
+// through one replication slot, for a relay that passes them on (the
+// fanout module publishes them to NATS JetStream, for replicas that
+// follow the stream instead of the database). Whatever the number of
+// tables and of replicas behind the relay, the server decodes its WAL
+// once, for one slot and one walsender. It also passes on, in commit
+// order, the tags of the transactions ([Follower.Tag]) and the markers
+// and heartbeats that relayed followers send through the database, so
+// that a replica measures its lag from the database through the relay.
+//
+// A Source keeps no guard: it is a pipe. Its slot is permanent, named
+// after the Source's name, and keeps the changes since the position the
+// relay last confirmed ([Source.Confirm]): a relay that confirms only what
+// its readers can read durably loses nothing across a lost connection or a
+// restart, even on another process.
+type Source struct {
+	dial      dialer
+	tables    []SourceTable
+	slot      string
+	heartbeat time.Duration
+	deadline  time.Duration
+	backoff   time.Duration
+	log       *slog.Logger
+
+	acked      atomic.Uint64 // what the handler confirmed
+	lastStream uint32        // the walsender of the last session; Run's goroutine only
+	state      atomic.Int32  // Following while a session streams, else PassThrough
+	sessions   atomic.Int64
+	failures   atomic.Int64
+	commits    atomic.Int64
+	lastErr    atomic.Pointer[error]
+}
+
+// SourceStart is where a Source's stream starts, for [SourceHandler.Start].
+type SourceStart struct {
+	Slot string
+	LSN  pglogrepl.LSN // the stream carries the transactions that commit after it
+	// Reset: the slot was made anew (it did not exist, or lost the WAL it
+	// needed), so transactions that committed between the end of what an
+	// earlier stream carried and LSN are in no stream: the relay's readers
+	// must read the tables again.
+	Reset bool
+	// Tables are the tables as the server resolved them
+	// ("schema.table"), and Versions the version of each one's
+	// publication, in the order of NewSource's tables. A publication of
+	// another version than the one an earlier stream carried a table's
+	// changes under may have kept changes out of that stream (a row
+	// filter, an operation left out, the table dropped from it and added
+	// again): the relay's readers of that table must read it again.
+	Tables, Versions []string
+}
+
+// SourceCommit is one committed transaction, for [SourceHandler.Commit].
+type SourceCommit struct {
+	LSN      pglogrepl.LSN   // the end of its commit record
+	Xid      uint32          // its transaction id (32 bits, as the stream carries it)
+	Tables   []SourceChanges // what it did to each table, in the order of NewSource's tables
+	Tags     [][]byte        // its tags (Follower.Tag), as written
+	Controls []SourceControl // markers and heartbeats of relayed followers
+}
+
+// SourceChanges is what a transaction did to one table: its keys as the
+// server prints them.
+type SourceChanges struct {
+	Creates, Deletes []string
+	Truncated        bool
+	// Incomplete: the transaction changed more keys than a Source holds
+	// back (2^20 in all), and some of this table's are missing: its
+	// readers must read the table again, as after a TRUNCATE.
+	Incomplete bool
+}
+
+// Touched reports whether the transaction changed the table.
+func (c *SourceChanges) Touched() bool {
+	return len(c.Creates) > 0 || len(c.Deletes) > 0 || c.Truncated || c.Incomplete
+}
+
+// SourceControl is a marker or heartbeat that a relayed follower sent
+// through the database: a logical decoding message whose prefix is
+// "cuckooguard.hb/" and Route.
+type SourceControl struct {
+	Route, Payload string
+}
+
+// ControlPrefix returns the prefix of the logical decoding messages (the
+// markers and heartbeats) that a follower behind a relay sends for route:
+// a [Source] passes them on as SourceControl{Route: route}.
+func ControlPrefix(route string) string { return controlPrefix + "/" + route }
+
+// A SourceHandler takes what a [Source] streams, from Run's goroutine, in
+// commit order.
+type SourceHandler interface {
+	// Start is called when a session's stream starts, before its first
+	// commit.
+	Start(ctx context.Context, s SourceStart) error
+	// Commit is called for each committed transaction that changed a
+	// table or carries control messages. Its slices are reused after it
+	// returns.
+	Commit(ctx context.Context, c *SourceCommit) error
+}
+
+// NewSource returns a Source of tables, whose slot is named after name
+// (unique among the relays of the database, the same across their
+// restarts). dsn is a postgres:// URL for a user with the REPLICATION
+// attribute; run [Publish] for each table first. Of the options,
+// [WithHeartbeat], [WithHeartbeatDeadline], [WithBackoff] and
+// [WithLogger] apply.
+func NewSource(dsn, name string, tables []SourceTable, opts ...Option) (*Source, error) {
+	c := config{backoff: DefaultBackoff, heartbeat: DefaultHeartbeat, logger: discardLogger}
+	if err := options.Apply("postgres: NewSource", &c, opts); err != nil {
+		return nil, err
+	}
+	if c.heartbeat > 0 {
+		c.deadline = cmp.Or(c.deadline, 3*c.heartbeat)
+	}
+	switch {
+	case name == "" || len(tables) == 0:
+		return nil, errors.New("postgres: NewSource needs a name and at least one table")
+	case c.backoff <= 0 || c.backoff > MaxBackoff || c.heartbeat <= 0 || c.deadline <= c.heartbeat:
+		return nil, fmt.Errorf("postgres: NewSource: backoff %v must be in (0, %v], heartbeat %v positive, and the deadline %v longer than the heartbeat",
+			c.backoff, MaxBackoff, c.heartbeat, c.deadline)
+	case c.logger == nil:
+		return nil, errors.New("postgres: WithLogger needs a logger")
+	}
+	for _, t := range tables {
+		if t.Table == "" || t.Key == "" {
+			return nil, errors.New("postgres: NewSource: each table needs a name and a key column")
+		}
+	}
+	conf, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: source: %w", err)
+	}
+	return &Source{dial: dialer{conf: conf, who: "relay", origin: name, timeout: c.deadline},
+		tables: append([]SourceTable(nil), tables...), slot: relaySlotName(name),
+		heartbeat: c.heartbeat, deadline: c.deadline, backoff: c.backoff,
+		log: c.logger.With(slog.Group("cuckooguard", slog.String("relay", name)))}, nil
+}
+
+// relaySlotName returns the name of the slot of the Source named name:
+// "cg_relay_" and the name in lower case, "_" for anything but letters,
+// digits and "_", shortened with a hash to PostgreSQL's 63 bytes.
+func relaySlotName(name string) string {
+	clean := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '_':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r + ('a' - 'A')
+		}
+		return '_'
+	}, name)
+	s := "cg_relay_" + clean
+	if len(s) > 63 {
+		s = fmt.Sprintf("%s_%08x", s[:63-9], fnv32(name))
+	}
+	return s
+}
+
+// Confirm tells the Source that everything it streamed up to lsn (the
+// LSN of a SourceCommit, or of a SourceStart) is durable downstream: the
+// slot may move past it. A relay calls it once its readers can read those
+// commits for good (the broker acknowledged them); until then the server
+// keeps them, and a restarted relay streams them again. Confirm may be
+// called from any goroutine.
+func (s *Source) Confirm(lsn pglogrepl.LSN) {
+	for {
+		cur := s.acked.Load()
+		if uint64(lsn) <= cur || s.acked.CompareAndSwap(cur, uint64(lsn)) {
+			return
+		}
+	}
+}
+
+// SourceStats describes a Source.
+type SourceStats struct {
+	Streaming bool          // a session streams now
+	Sessions  int64         // sessions started
+	Failures  int64         // sessions that ended in an error
+	Commits   int64         // commits passed to the handler
+	Confirmed pglogrepl.LSN // what the handler confirmed
+	LastError error         // of the last failed session
+}
+
+// Stats returns the Source's statistics.
+func (s *Source) Stats() SourceStats {
+	st := SourceStats{Streaming: State(s.state.Load()) == Following, Sessions: s.sessions.Load(), Failures: s.failures.Load(),
+		Commits: s.commits.Load(), Confirmed: pglogrepl.LSN(s.acked.Load())}
+	if e := s.lastErr.Load(); e != nil {
+		st.LastError = *e
+	}
+	return st
+}
+
+// Run streams until ctx ends, reconnecting with backoff after failures,
+// and returns ctx.Err(). It returns at once an error that wraps
+// [ErrLogicalUnavailable] or [ErrNotPublished] if its first session finds
+// a setup that cannot work. A failed session is logged ([WithLogger])
+// when its reason differs from the last one's.
+func (s *Source) Run(ctx context.Context, h SourceHandler) error {
+	if ctx == nil || h == nil {
+		return errors.New("postgres: Source.Run needs a context and a handler")
+	}
+	b := newBackoff(s.backoff, MaxBackoff)
+	var logged Reason
+	for first := true; ; first = false {
+		streamed, err := s.session(ctx, h)
+		s.state.Store(int32(PassThrough))
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if streamed > s.deadline {
+			b.reset()
+			logged = ""
+		}
+		s.failures.Add(1)
+		s.lastErr.Store(&err)
+		if first && (errors.Is(err, ErrLogicalUnavailable) || errors.Is(err, ErrNotPublished) || errors.Is(err, ErrKeyNotIdentity)) {
+			return err
+		}
+		d := b.next()
+		if r := reasonOf(err); r != logged {
+			logged = r
+			s.log.LogAttrs(ctx, slog.LevelWarn, "cuckooguard: relay's stream failed; it reconnects",
+				slog.String("reason", string(r)), slog.Any("error", err), slog.Duration("retry_in", d))
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// newSourceToken returns the token of a Source session's heartbeats.
+func newSourceToken() string {
+	return fmt.Sprintf("source.%x", rand.Uint64())
+}

@@ -1,0 +1,302 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// session is one session of a Source: check the setup, start the stream
+// from the slot's position (or from a new slot), and pass on what it
+// carries, with a heartbeat of its own that finds a dead stream and a
+// publication that changed under it. streamed is how long it streamed.
+func (s *Source) session(ctx context.Context, h SourceHandler) (streamed time.Duration, err error) {
+	sender, err := s.dial.connect(ctx, "read")
+	if err != nil {
+		return 0, err
+	}
+	defer sender.Close(context.WithoutCancel(ctx))
+	rels, versions, err := s.checkSetup(ctx, sender)
+	if err != nil {
+		return 0, err
+	}
+	rc, err := s.dial.connectStream(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer rc.Close(context.WithoutCancel(ctx))
+	start, err := s.startPoint(ctx, sender, rc, rels, versions)
+	if err != nil {
+		return 0, err
+	}
+	var pubs []string
+	for _, r := range rels {
+		pubs = append(pubs, pgx.Identifier{publicationName(r.schema, r.name)}.Sanitize())
+	}
+	err = pglogrepl.StartReplication(ctx, rc, s.slot, start.LSN, pglogrepl.StartReplicationOptions{PluginArgs: []string{
+		"proto_version '1'", "publication_names " + quoteLiteral(strings.Join(pubs, ",")), "messages 'true'"}})
+	if err != nil {
+		return 0, failed(ReasonListen, fmt.Errorf("postgres: relay: start streaming slot %s from %s: %w", s.slot, start.LSN, err))
+	}
+	if err := verifyStart(ctx, sender, s.slot, rc.PID(), start.LSN); err != nil {
+		return 0, err
+	}
+	if err := h.Start(ctx, start); err != nil {
+		return 0, err
+	}
+	s.sessions.Add(1)
+	s.state.Store(int32(Following))
+	began := time.Now()
+	err = s.stream(ctx, sender, rc, h, rels, versions, start.LSN)
+	return time.Since(began), err
+}
+
+// checkSetup checks what logical decoding needs and each table's
+// publication, and returns the tables as the server resolves them and
+// the versions of their publications.
+func (s *Source) checkSetup(ctx context.Context, c *pgx.Conn) ([]relation, []string, error) {
+	setup := func(err error) error {
+		if errors.Is(err, ErrLogicalUnavailable) || errors.Is(err, ErrNotPublished) || errors.Is(err, ErrKeyNotIdentity) {
+			return failed(ReasonSetup, err)
+		}
+		return failed(ReasonConnectionLost, err)
+	}
+	if err := checkServer(ctx, c); err != nil {
+		return nil, nil, setup(err)
+	}
+	if err := checkReplication(ctx, c); err != nil {
+		return nil, nil, setup(err)
+	}
+	rels := make([]relation, len(s.tables))
+	versions := make([]string, len(s.tables))
+	for i, t := range s.tables {
+		r, err := resolve(ctx, c, t.Table)
+		if err != nil {
+			return nil, nil, failed(ReasonSetup, err)
+		}
+		if err := checkPublished(ctx, c, r, t.Key); err != nil {
+			return nil, nil, setup(err)
+		}
+		if versions[i], err = readPublicationVersion(ctx, c, r); err != nil {
+			return nil, nil, setup(err)
+		}
+		rels[i] = r
+	}
+	return rels, versions, nil
+}
+
+// startPoint returns where the stream starts: the slot's confirmed
+// position, or, for a slot that does not exist or lost its WAL, the
+// consistent point of a new one (a reset).
+func (s *Source) startPoint(ctx context.Context, sender *pgx.Conn, rc *pgconn.PgConn, rels []relation, versions []string) (SourceStart, error) {
+	start := SourceStart{Slot: s.slot, Versions: versions}
+	for _, r := range rels {
+		start.Tables = append(start.Tables, r.String())
+	}
+	st, err := readSlot(ctx, sender, s.slot)
+	if err != nil {
+		return start, failed(ReasonSlot, err)
+	}
+	if st.active && s.lastStream != 0 && st.activePID == int64(s.lastStream) {
+		if err := releaseSlot(ctx, sender, s.slot, st.activePID, s.deadline); err != nil {
+			return start, failed(ReasonSlot, err)
+		}
+		if st, err = readSlot(ctx, sender, s.slot); err != nil {
+			return start, failed(ReasonSlot, err)
+		}
+	}
+	s.lastStream = rc.PID()
+	if st.active {
+		return start, failed(ReasonSlot, fmt.Errorf("postgres: relay: slot %s is in use by another connection (pid %d): does another relay have the name?", s.slot, st.activePID))
+	}
+	if st.exists && st.walStatus != "lost" {
+		start.LSN = st.confirmed
+		s.Confirm(start.LSN)
+		return start, nil
+	}
+	if err := dropSlot(ctx, sender, s.slot); err != nil {
+		return start, failed(ReasonSlot, err)
+	}
+	res, err := pglogrepl.CreateReplicationSlot(ctx, rc, s.slot, "pgoutput", pglogrepl.CreateReplicationSlotOptions{
+		SnapshotAction: "NOEXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication})
+	if err != nil {
+		return start, failed(ReasonSlot, fmt.Errorf("postgres: relay: create slot %s: %w", s.slot, err))
+	}
+	if start.LSN, err = pglogrepl.ParseLSN(res.ConsistentPoint); err != nil {
+		return start, failed(ReasonSlot, err)
+	}
+	start.Reset = true
+	s.Confirm(start.LSN)
+	return start, nil
+}
+
+// stream passes on the session's stream until it fails or ctx ends.
+func (s *Source) stream(ctx context.Context, sender *pgx.Conn, rc *pgconn.PgConn, h SourceHandler, rels []relation, versions []string, from pglogrepl.LSN) error {
+	tables := make([]decodedTable, len(rels))
+	for i, r := range rels {
+		tables[i] = decodedTable{schema: r.schema, rel: r.name, key: s.tables[i].Key}
+	}
+	dec := newDecoder(tables...)
+	beats := &sourceBeats{versions: strings.Join(versions, "|")}
+	sink := &sourceSink{s: s, ctx: ctx, h: h, token: newSourceToken(), beats: beats, need: from, free: from, partial: make([]bool, len(rels))}
+	loopCtx, end := context.WithCancelCause(ctx)
+	defer end(nil)
+	send := make(chan int64, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer end(nil)
+	wg.Go(func() { // the heartbeats: a send on a silent connection blocks
+		for {
+			select {
+			case <-loopCtx.Done():
+				return
+			case seq := <-send:
+				if err := s.beat(loopCtx, sender, rels, sink.token, seq, rc.PID(), &beats.probe); err != nil {
+					end(failed(reasonFor(err, ReasonHeartbeatLost), err))
+					return
+				}
+			}
+		}
+	})
+	conn := rc.Conn()
+	stopWatch := context.AfterFunc(loopCtx, func() { conn.SetReadDeadline(time.Now()) })
+	defer stopWatch()
+	last, next, nextStatus := time.Now(), time.Now(), time.Now()
+	var received pglogrepl.LSN
+	for {
+		wake := next
+		if t := last.Add(s.deadline + time.Millisecond); t.After(time.Now()) && t.Before(wake) {
+			wake = t
+		}
+		conn.SetReadDeadline(wake)
+		msg, err := rc.ReceiveMessage(context.Background())
+		now := time.Now()
+		switch {
+		case loopCtx.Err() != nil:
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return context.Cause(loopCtx)
+		case err != nil && !pgconn.Timeout(err) && !errors.Is(err, context.DeadlineExceeded):
+			return failed(reasonFor(err, ReasonConnectionLost), fmt.Errorf("postgres: relay receive: %w", err))
+		case err == nil:
+			last = now
+			if err := s.handle(msg, dec, sink, &received); err != nil {
+				return err
+			}
+		}
+		if !now.Before(nextStatus) {
+			if err := s.confirm(ctx, rc, received, sink.confirmable()); err != nil {
+				return failed(reasonFor(err, ReasonConnectionLost), err)
+			}
+			nextStatus = now.Add(min(statusEvery, s.heartbeat))
+		}
+		beats.mu.Lock()
+		oldest := len(beats.out) > 0
+		beats.mu.Unlock()
+		if oldest && now.Sub(last) > s.deadline && !s.working(&beats.probe, now) {
+			return failed(ReasonHeartbeatLost, fmt.Errorf("postgres: relay: nothing arrived for %v with a heartbeat out, and the walsender is not at work: the connection is dead",
+				now.Sub(last).Round(time.Millisecond)))
+		}
+		if !now.Before(next) {
+			beats.mu.Lock()
+			select {
+			case send <- beats.seq + 1:
+				beats.seq++
+				beats.out = append(beats.out, now)
+			default: // the last one is still being sent
+			}
+			beats.mu.Unlock()
+			next = now.Add(s.heartbeat)
+		}
+	}
+}
+
+// working reports whether the session's walsender was found at work
+// within a heartbeat and the deadline before now (see Follower.busy).
+func (s *Source) working(probe *atomic.Pointer[walsender], now time.Time) bool {
+	w := probe.Load()
+	return w != nil && !w.worked.IsZero() && now.Sub(w.worked) <= s.heartbeat+s.deadline
+}
+
+// handle handles one message of the replication connection.
+func (s *Source) handle(msg pgproto3.BackendMessage, dec *decoder, sink *sourceSink, received *pglogrepl.LSN) error {
+	cd, ok := msg.(*pgproto3.CopyData)
+	if !ok {
+		if e, ok := msg.(*pgproto3.ErrorResponse); ok {
+			pgErr := pgconn.ErrorResponseToPgError(e)
+			return failed(reasonFor(pgErr, ReasonConnectionLost), fmt.Errorf("postgres: relay stream: %w", pgErr))
+		}
+		return nil
+	}
+	if len(cd.Data) == 0 {
+		return nil
+	}
+	switch cd.Data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		k, err := pglogrepl.ParsePrimaryKeepaliveMessage(cd.Data[1:])
+		if err != nil {
+			return failed(ReasonNotification, err)
+		}
+		*received = max(*received, k.ServerWALEnd)
+		if !dec.open {
+			sink.free = max(sink.free, k.ServerWALEnd)
+		}
+	case pglogrepl.XLogDataByteID:
+		x, err := pglogrepl.ParseXLogData(cd.Data[1:])
+		if err != nil {
+			return failed(ReasonNotification, err)
+		}
+		*received = max(*received, x.WALStart+pglogrepl.LSN(len(x.WALData)))
+		if err := dec.decode(x.WALData, sink); err != nil {
+			var se *sessionError
+			if errors.As(err, &se) {
+				return err
+			}
+			return failed(ReasonNotification, err)
+		}
+	}
+	return nil
+}
+
+// confirm sends the session's position to the server.
+func (s *Source) confirm(ctx context.Context, rc *pgconn.PgConn, received, flush pglogrepl.LSN) error {
+	sctx, cancel := context.WithTimeout(ctx, s.deadline)
+	defer cancel()
+	return pglogrepl.SendStandbyStatusUpdate(sctx, rc, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: max(received, flush), WALFlushPosition: max(flush, 1), WALApplyPosition: max(flush, 1)})
+}
+
+// beat sends heartbeat seq of the session whose heartbeats' route is
+// token, with the versions of the tables' publications as its
+// transaction sees them, and reads what the walsender of pid does.
+func (s *Source) beat(ctx context.Context, c *pgx.Conn, rels []relation, token string, seq int64, pid uint32, probe *atomic.Pointer[walsender]) error {
+	bctx, cancel := context.WithTimeout(ctx, s.deadline)
+	defer cancel()
+	args := []any{ControlPrefix(token), strconv.FormatInt(seq, 10), int64(pid)}
+	parts := make([]string, len(rels))
+	for i, r := range rels {
+		args = append(args, publicationName(r.schema, r.name), r.oid)
+		v := strings.NewReplacer("$1", fmt.Sprintf("$%d", len(args)-1), "$2", fmt.Sprintf("$%d", len(args))).Replace(publicationVersion)
+		parts[i] = "coalesce(" + v + ", '-')"
+	}
+	q := `SELECT pg_logical_emit_message(true, $1, $2 || ' ' || ` + strings.Join(parts, ` || '|' || `) + `)` +
+		strings.ReplaceAll(walsenderQuery, "$5", "$3")
+	sent := time.Now()
+	w, err := scanWalsender(c.QueryRow(bctx, q, args...), sent, probe.Load())
+	if err != nil {
+		return fmt.Errorf("postgres: relay: heartbeat: %w", err)
+	}
+	probe.Store(w)
+	return nil
+}
