@@ -24,7 +24,7 @@ type applier[K comparable] struct {
 func (a *applier[K]) commit(t *txn) error {
 	f := a.f
 	tt := &t.tables[0]
-	own := f.ownKeys(t.tags)
+	own := f.tags.Own(t.tags)
 	for _, text := range tt.creates {
 		k, err := a.key(text)
 		if err != nil {

@@ -164,6 +164,18 @@ func (s Snapshot) Visible(txid uint64) bool {
 	return !inProgress
 }
 
+// VisibleXid is Visible for a transaction id of 32 bits, as logical
+// decoding carries it (pgoutput's Begin): it is taken as the one of the
+// 64-bit ids within 2^31 of the snapshot's xmax, where every transaction a
+// stream carries after the snapshot was taken lies.
+func (s Snapshot) VisibleXid(xid uint32) bool {
+	full := int64(s.Xmax) + int64(int32(xid-uint32(s.Xmax)))
+	if full < 0 {
+		return true
+	}
+	return s.Visible(uint64(full))
+}
+
 // ReadSnapshot starts a REPEATABLE READ transaction on conn and returns it
 // with its snapshot: every query in tx sees exactly the transactions that
 // the snapshot says are visible. The caller reads the keys in tx and then

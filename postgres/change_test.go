@@ -85,3 +85,25 @@ func TestChannel(t *testing.T) {
 		t.Errorf("Channel of a long name = %q", c)
 	}
 }
+
+// TestSnapshotVisibleXid: a 32-bit transaction id is placed next to the
+// snapshot's xmax, also across the 2^32 wrap of its epoch.
+func TestSnapshotVisibleXid(t *testing.T) {
+	for _, tc := range []struct {
+		sn   Snapshot
+		xid  uint32
+		want bool
+	}{
+		{Snapshot{Xmin: 100, Xmax: 110, Xip: []uint64{105}}, 99, true},
+		{Snapshot{Xmin: 100, Xmax: 110, Xip: []uint64{105}}, 105, false},
+		{Snapshot{Xmin: 100, Xmax: 110, Xip: []uint64{105}}, 110, false},
+		{Snapshot{Xmin: 1<<32 - 10, Xmax: 1<<32 - 5}, 3, false},       // the next epoch's 3: after the snapshot
+		{Snapshot{Xmin: 1<<32 + 2, Xmax: 1<<32 + 5}, 1<<32 - 7, true}, // the last epoch's: before it
+		{Snapshot{Xmin: 1<<32 + 2, Xmax: 1<<32 + 5}, 4, true},         // 2^32+4 committed
+		{Snapshot{Xmin: 1<<32 + 2, Xmax: 1<<32 + 5, Xip: []uint64{1<<32 + 4}}, 4, false},
+	} {
+		if got := tc.sn.VisibleXid(tc.xid); got != tc.want {
+			t.Errorf("%+v.VisibleXid(%d) = %v, want %v", tc.sn, tc.xid, got, tc.want)
+		}
+	}
+}

@@ -218,3 +218,17 @@ func readPublicationVersion(ctx context.Context, q queryRower, r relation) (stri
 	}
 	return *v, nil
 }
+
+// Resolve returns table as the server resolves it through conn (its
+// search_path), as "schema.table": the form of [SourceStart.Tables], by
+// which a relay and the followers behind it name a table.
+func Resolve(ctx context.Context, conn *pgx.Conn, table string) (string, error) {
+	if ctx == nil || conn == nil {
+		return "", errors.New("postgres: Resolve needs a context and a connection")
+	}
+	r, err := resolve(ctx, conn, table)
+	if err != nil {
+		return "", err
+	}
+	return r.String(), nil
+}

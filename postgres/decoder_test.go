@@ -210,8 +210,12 @@ func applierFixture(t *testing.T, tag string) (*applier[int64], *guarded.Loader[
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &Follower[int64]{key: "id", table: "users", parse: parseID, feed: feed, keyText: keyTextOf[int64]()}
-	f.tag.Store(&tag)
+	tags, err := NewTagger("A", parseID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tags.run.Store(&tag)
+	f := &Follower[int64]{key: "id", table: "users", parse: parseID, feed: feed, tags: tags}
 	return &applier[int64]{f: f, now: time.Now()}, l
 }
 

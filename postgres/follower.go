@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,7 +88,6 @@ type Follower[K comparable] struct {
 	key       string
 	parse     func(string) (K, error)
 	origin    string
-	tag       atomic.Pointer[string] // what Tag writes: the origin and this Follower's run
 	backoff   time.Duration
 	maxLag    time.Duration
 	heartbeat time.Duration
@@ -99,7 +97,7 @@ type Follower[K comparable] struct {
 	snapEvery time.Duration
 	log       *slog.Logger
 
-	keyText func(K) string // a key's text form, for Tag (WithKeyText)
+	tags *Tagger[K] // this run's tags
 
 	// Touched by Run's goroutine only.
 	feed         *guarded.Feed[K]
@@ -179,19 +177,15 @@ func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, p
 		// that says "table" itself does not print two.
 		log:      c.logger.With(slog.Group("cuckooguard", slog.String("table", table))),
 		byReason: make(map[Reason]int64), reads: make(map[ReadReason]int64), registry: config{registry: c.registry}}
-	if f.keyText, err = keyTextFor[K](c.keyText); err != nil {
+	text, err := keyTextFor[K](c.keyText)
+	if err != nil {
 		return nil, err
 	}
-	tag := newRunTag(cmp.Or(c.origin, "-"))
-	f.tag.Store(&tag)
+	if f.tags, err = NewTagger(c.origin, parse, text); err != nil {
+		return nil, err
+	}
+	f.tags.notify = c.notify
 	return f, nil
-}
-
-// newRunTag returns a tag for origin of a run of its own: a restarted
-// process is another run, and must apply the inserts its previous run
-// tagged, which its guard may lack.
-func newRunTag(origin string) string {
-	return fmt.Sprintf("%s %x", origin, rand.Uint64())
 }
 
 // Run follows the table until ctx ends, reconnecting after failures, and

@@ -136,7 +136,7 @@ func (f *Follower[K]) notification(payload string, sn Snapshot, own *ownInserts[
 	}
 	if c.Op == Insert {
 		if own.tx != c.TxID {
-			own.tx, own.keys = c.TxID, f.ownKeys([][]byte{[]byte(c.Origin)})
+			own.tx, own.keys = c.TxID, f.tags.Own([][]byte{[]byte(c.Origin)})
 		}
 		if k, err := f.parse(c.Key); err == nil && own.keys[k] > 0 {
 			own.keys[k]--
@@ -237,3 +237,52 @@ func (f *Follower[K]) scan(ctx context.Context, tx pgx.Tx, rel relation, add fun
 	}
 	return n, rows.Err()
 }
+
+// ReadTable reads every key of table's keyColumn through conn into add,
+// under a snapshot it returns, for a follower of another change stream
+// (the fanout module's) that reads the table and then applies the changes
+// that the snapshot does not see ([Snapshot.Visible],
+// [Snapshot.VisibleXid]). Keys come as the type's output function prints
+// them, which is how the change stream carries them; the connection's
+// settings that shape printed values should be the defaults of the
+// relay's (see [NewSource]). It returns how many keys it read.
+func ReadTable(ctx context.Context, conn *pgx.Conn, table, keyColumn string, add func(text string) error) (Snapshot, int64, error) {
+	switch {
+	case ctx == nil || conn == nil || add == nil:
+		return Snapshot{}, 0, errors.New("postgres: ReadTable needs a context, a connection and an add function")
+	case table == "" || keyColumn == "":
+		return Snapshot{}, 0, errors.New("postgres: ReadTable needs a table and a key column")
+	}
+	rel, err := resolve(ctx, conn, table)
+	if err != nil {
+		return Snapshot{}, 0, err
+	}
+	tx, sn, err := ReadSnapshot(ctx, conn)
+	if err != nil {
+		return Snapshot{}, 0, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	rows, err := tx.Query(ctx, fmt.Sprintf("SELECT %s FROM %s", pgx.Identifier{keyColumn}.Sanitize(), rel.from()), pgx.QueryExecModeSimpleProtocol)
+	if err != nil {
+		return Snapshot{}, 0, fmt.Errorf("postgres: read table %s: %w", rel, err)
+	}
+	defer rows.Close()
+	var n int64
+	for rows.Next() {
+		if err := add(string(rows.RawValues()[0])); err != nil {
+			return Snapshot{}, n, err
+		}
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return Snapshot{}, n, fmt.Errorf("postgres: read table %s: %w", rel, err)
+	}
+	return sn, n, nil
+}
+
+// PinOutput sets, in the startup parameters of a connection's
+// configuration, the settings that shape how the server prints values,
+// as a Follower's and a Source's connections have them, unless params
+// sets them already: a follower of a relay that reads the table with
+// [ReadTable] prints keys as the relay's stream does.
+func PinOutput(params map[string]string) { pinOutput(params) }

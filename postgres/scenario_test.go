@@ -192,7 +192,14 @@ func TestScenarioKeyTypesAndNames(t *testing.T) {
 			table := pgx.Identifier{schema, "User Accounts"}.Sanitize()
 			execAll(t, dsn, `CREATE SCHEMA `+pgx.Identifier{schema}.Sanitize(),
 				`CREATE TABLE `+table+` ("AccountKey" `+tc.typ+` PRIMARY KEY, name text)`)
-			t.Cleanup(func() { execAll(t, dsn, `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`) })
+			t.Cleanup(func() {
+				// A publication and slots belong to the database, not to
+				// the schema: Unpublish, then drop the schema.
+				if err := Unpublish(context.Background(), connect(t, dsn), table); err != nil {
+					t.Error(err)
+				}
+				execAll(t, dsn, `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+			})
 			for i := range 100 {
 				execAll(t, dsn, `INSERT INTO `+table+` VALUES (`+quoteLiteral(tc.key(i))+`, 'seed')`)
 			}

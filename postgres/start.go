@@ -138,7 +138,7 @@ func (f *Follower[K]) restore(ctx context.Context, id slotID, st slotState, pub 
 	// for them (and held the later ones back), so a new tag tells them
 	// apart; an Insert that starts between Replace and here gets one
 	// extra copy (applied, and added), never none.
-	f.tag.Store(new(newRunTag(f.origin)))
+	f.tags.NewRun()
 	f.pos.started(h.slot, h.lsn, h.lsn, h.pubVersion, time.Now())
 	f.restores.Add(1)
 	f.log.LogAttrs(ctx, slog.LevelInfo, "cuckooguard: follower starts from its snapshot file",

@@ -1,40 +1,66 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// Tag names the keys that transaction tx creates on behalf of this
-// process's Loader: the Follower skips the inserts of exactly those keys
-// in tx, once each, because the Loader added them to its guard before the
-// write. Every other row tx inserts (a second row, a row a trigger
-// writes) is applied from the stream as usual. Call it inside the write
-// function of guarded.Loader.Insert with the Insert's key, at any point
-// of the transaction before its commit, and only there: a key tagged
-// around the Loader would be missing from this process's guard. An
-// insert left untagged costs an extra copy of its key (a false positive),
-// never a missing one.
-//
-// A key must read back as itself: parse (see [NewFollower]) of its text
-// ([WithKeyText]) must give the key. Tag returns an error for a key that
-// does not, such as an e-mail address in another case than the one the
-// table stores, whose skipped insert would leave the stored form absent
-// from the guard. With database/sql, run the statement of
-// [Follower.TagQuery] in the transaction.
-func (f *Follower[K]) Tag(ctx context.Context, tx pgx.Tx, keys ...K) error {
+// A Tagger writes and reads the tags of one follower's run: messages in a
+// writing transaction that name the keys it creates through the
+// follower's Loader, so that the follower skips exactly those inserts
+// when they come back in the change stream. A [Follower] has one; a
+// follower of another stream of the same changes (the fanout module's,
+// behind a relay) uses one of its own. A Tagger is safe for concurrent
+// use.
+type Tagger[K comparable] struct {
+	origin string
+	run    atomic.Pointer[string] // "<origin> <random>": this run's tag
+	parse  func(string) (K, error)
+	text   func(K) string
+	notify bool // tags go to the setting the NOTIFY trigger reads
+}
+
+// NewTagger returns the Tagger of a run of the follower named origin
+// (any name; "" is fine), whose keys read back from their text with parse
+// and are written as text by text (nil: the default of [WithKeyText]).
+func NewTagger[K comparable](origin string, parse func(string) (K, error), text func(K) string) (*Tagger[K], error) {
+	if parse == nil {
+		return nil, errors.New("postgres: NewTagger needs a parse function")
+	}
+	if text == nil {
+		text = keyTextOf[K]()
+	}
+	t := &Tagger[K]{origin: cmp.Or(origin, "-"), parse: parse, text: text}
+	t.NewRun()
+	return t, nil
+}
+
+// NewRun starts another run: tags written from now on are told apart from
+// the earlier ones, whose inserts the follower applies rather than skips
+// (a restarted process's guard may lack the keys an earlier run added, and
+// a guard swapped in lacks those added to the one it replaced).
+func (t *Tagger[K]) NewRun() {
+	t.run.Store(new(fmt.Sprintf("%s %x", t.origin, rand.Uint64())))
+}
+
+// Tag names, in transaction tx, the keys it creates on behalf of the
+// follower's Loader (see [Follower.Tag]).
+func (t *Tagger[K]) Tag(ctx context.Context, tx pgx.Tx, keys ...K) error {
 	switch {
 	case ctx == nil:
 		return errors.New("postgres: Tag: ctx is nil")
 	case tx == nil:
 		return errors.New("postgres: Tag: tx is nil")
 	}
-	q, args, err := f.TagQuery(keys...)
-	if err != nil || q == "" {
+	q, args, err := t.Query(keys...)
+	if err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, q, args...); err != nil {
@@ -43,44 +69,37 @@ func (f *Follower[K]) Tag(ctx context.Context, tx pgx.Tx, keys ...K) error {
 	return nil
 }
 
-// TagQuery returns the statement that [Follower.Tag] runs for keys, with
-// its arguments, for drivers other than pgx: for example
-// tx.ExecContext(ctx, query, args...) with database/sql. Through logical
-// decoding it emits a transactional message (pg_logical_emit_message)
-// that names this Follower's origin and run and the keys; with
-// [WithNotify] it appends them to the setting the trigger reads. It
-// returns an error for no keys or a key that does not read back as
-// itself.
-func (f *Follower[K]) TagQuery(keys ...K) (query string, args []any, err error) {
-	tag := *f.tag.Load()
+// Query returns the statement that Tag runs for keys, with its arguments
+// (see [Follower.TagQuery]).
+func (t *Tagger[K]) Query(keys ...K) (query string, args []any, err error) {
 	if len(keys) == 0 {
 		return "", nil, errors.New("postgres: Tag: no keys: name the keys the transaction creates through the Loader")
 	}
-	content, err := f.tagContent(tag, keys)
+	content, err := t.content(*t.run.Load(), keys)
 	if err != nil {
 		return "", nil, err
 	}
-	if f.notify {
+	if t.notify {
 		return `SELECT set_config('cuckooguard.origin', coalesce(current_setting('cuckooguard.origin', true), '') || $1, true)`, []any{string(content)}, nil
 	}
 	return `SELECT pg_logical_emit_message(true, 'cuckooguard.origin', $1::bytea)`, []any{content}, nil
 }
 
-// tagContent returns what a tag of keys by run tag says: for each key,
-// "<len>:<tag><len>:<key text>". Records concatenate, so that the tags of
+// content returns what a tag of keys by run says: for each key,
+// "<len>:<run><len>:<key text>". Records concatenate, so that the tags of
 // one transaction can be read as one (WithNotify appends them to one
 // setting).
-func (f *Follower[K]) tagContent(tag string, keys []K) ([]byte, error) {
+func (t *Tagger[K]) content(run string, keys []K) ([]byte, error) {
 	var b []byte
 	for _, k := range keys {
-		text := f.keyText(k)
-		if back, err := f.parse(text); err != nil || back != k {
+		text := t.text(k)
+		if back, err := t.parse(text); err != nil || back != k {
 			if err == nil {
 				err = fmt.Errorf("it parses as %v", back)
 			}
 			return nil, fmt.Errorf("postgres: Tag: key %v does not read back from its text %q (%v): the follower could not tell its insert from another key's; give the Loader keys in the form the table stores and parse returns, or set WithKeyText", k, text, err)
 		}
-		b = appendField(appendField(b, tag), text)
+		b = appendField(appendField(b, run), text)
 	}
 	return b, nil
 }
@@ -91,14 +110,11 @@ func appendField(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// ownKeys returns the keys that the tags of one transaction name for this
-// Follower's run, with how many times each, or nil if none does. Tags of
-// other processes and earlier runs, and tags it cannot read, name none.
-func (f *Follower[K]) ownKeys(tags [][]byte) map[K]int {
-	run := *f.tag.Load()
-	if run == "" {
-		return nil
-	}
+// Own returns the keys that the tags of one transaction name for this
+// run, with how many times each, or nil if none does. Tags of other
+// followers and earlier runs, and tags it cannot read, name none.
+func (t *Tagger[K]) Own(tags [][]byte) map[K]int {
+	run := *t.run.Load()
 	var own map[K]int
 	for _, content := range tags {
 		rest := string(content)
@@ -115,7 +131,7 @@ func (f *Follower[K]) ownKeys(tags [][]byte) map[K]int {
 			if tag != run {
 				continue
 			}
-			k, err := f.parse(text)
+			k, err := t.parse(text)
 			if err != nil {
 				continue
 			}
@@ -126,6 +142,40 @@ func (f *Follower[K]) ownKeys(tags [][]byte) map[K]int {
 		}
 	}
 	return own
+}
+
+// Tag names the keys that transaction tx creates on behalf of this
+// process's Loader: the Follower skips the inserts of exactly those keys
+// in tx, once each, because the Loader added them to its guard before the
+// write. Every other row tx inserts (a second row, a row a trigger
+// writes) is applied from the stream as usual. Call it inside the write
+// function of guarded.Loader.Insert with the Insert's key (or of
+// InsertGenerated, with the keys its INSERT returned), at any point of the
+// transaction before its commit, and only there: a key tagged around the
+// Loader would be missing from this process's guard. An insert left
+// untagged costs an extra copy of its key (a false positive), never a
+// missing one.
+//
+// A key must read back as itself: parse (see [NewFollower]) of its text
+// ([WithKeyText]) must give the key. Tag returns an error for a key that
+// does not, such as an e-mail address in another case than the one the
+// table stores, whose skipped insert would leave the stored form absent
+// from the guard. With database/sql, run the statement of
+// [Follower.TagQuery] in the transaction.
+func (f *Follower[K]) Tag(ctx context.Context, tx pgx.Tx, keys ...K) error {
+	return f.tags.Tag(ctx, tx, keys...)
+}
+
+// TagQuery returns the statement that [Follower.Tag] runs for keys, with
+// its arguments, for drivers other than pgx: for example
+// tx.ExecContext(ctx, query, args...) with database/sql. Through logical
+// decoding it emits a transactional message (pg_logical_emit_message)
+// that names this Follower's origin and run and the keys; with
+// [WithNotify] it appends them to the setting the trigger reads. It
+// returns an error for no keys or a key that does not read back as
+// itself.
+func (f *Follower[K]) TagQuery(keys ...K) (query string, args []any, err error) {
+	return f.tags.Query(keys...)
 }
 
 // keyTextOf returns the default text form of keys of type K: a string as
