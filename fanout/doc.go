@@ -1,0 +1,47 @@
+// Package fanout lets many replicas follow PostgreSQL tables through one
+// replication slot: a [Relay] holds the slot and publishes every committed
+// change of the guarded tables to a NATS JetStream stream, and each
+// replica's [Follower] keeps its guarded.Loader in step from the stream.
+//
+// Following the database directly (postgres.Follower) costs the primary a
+// walsender per replica and table, each decoding all of the database's
+// WAL: about 30–45 µs of server CPU per change per follower, paid for the
+// writes of tables nobody follows too. Behind a relay the database pays
+// for one slot and one walsender, whatever the number of replicas and
+// tables; JetStream does the fan-out (replication, retention, replay and
+// de-duplication), and this package is the two adapters. It is a module
+// of its own, so that users of the core library pull in no NATS code.
+//
+// What "following" promises is the direct follower's: every change
+// committed before the last heartbeat back has been applied. The
+// heartbeats go through the database and come back through the relay and
+// the stream, so a relay that is down, a stream that lags or a broker that
+// restarts all make the Loader pass lookups through. Every transaction
+// names the one before it in its table's epoch; a follower that finds a
+// gap (a purged stream, lost messages), a reset from the relay (its slot
+// made anew, the table's publication changed) or a TRUNCATE reads the
+// table under a snapshot, and skips the transactions that snapshot saw.
+// A new replica starts from the newest guard saved in the JetStream
+// object store with the stream sequence it reflects ([WithSnapshots]),
+// and reads nothing from the table.
+//
+// Every replica of a service runs both, with the same relay name:
+//
+//	nc, err := nats.Connect(natsURL)
+//	relay, err := fanout.NewRelay(dsn, "users-api", nc, []postgres.SourceTable{{Table: "users", Key: "id"}})
+//	go relay.Run(ctx) // one replica relays at a time; another takes over when it dies
+//	f, err := fanout.NewFollower(users, nc, dsn, "users", "id", parseID,
+//		fanout.WithOrigin(replicaID),
+//		fanout.WithSnapshots(fanout.DefaultBucket, time.Minute, relay.Leading))
+//	go f.Run(ctx)
+//	// This replica's inserts name their keys, as with postgres.Follower.Tag:
+//	err = users.Insert(ctx, id, func(ctx context.Context) error {
+//		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//			if err := f.Tag(ctx, tx, id); err != nil {
+//				return err
+//			}
+//			_, err := tx.Exec(ctx, `INSERT INTO users (id, name) VALUES ($1, $2)`, id, name)
+//			return err
+//		})
+//	})
+package fanout

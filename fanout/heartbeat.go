@@ -1,0 +1,84 @@
+package fanout
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cuckooguard/cuckooguard/postgres"
+)
+
+// control handles a marker or heartbeat that came back at now.
+func (s *fsession[K]) control(payload string, now time.Time) {
+	f := s.f
+	op, rest, _ := strings.Cut(payload, " ")
+	switch op {
+	case "S":
+		if rest != s.token || postgres.State(f.state.Load()) != postgres.Resyncing {
+			return
+		}
+		// Every change committed before the marker, the transactions the
+		// last read saw among them, has come: none is left to skip.
+		f.pos.skip = nil
+		f.rtt.Store(int64(now.Sub(s.markerSent)))
+		f.currentAsOf.Store(s.markerSent.UnixNano())
+		f.unconfirmed.Store(s.oldestOut())
+		f.feed.MarkReady()
+		f.state.Store(int32(postgres.Following))
+		s.since = now
+	case "H":
+		token, seqText, _ := strings.Cut(rest, "-")
+		seq, err := strconv.ParseInt(seqText, 10, 64)
+		if token != s.token || err != nil {
+			return
+		}
+		for i, b := range s.out {
+			if b.seq == seq {
+				f.rtt.Store(int64(now.Sub(b.sent)))
+				s.out = s.out[i+1:]
+				if postgres.State(f.state.Load()) != postgres.Resyncing {
+					f.currentAsOf.Store(b.sent.UnixNano())
+					f.unconfirmed.Store(s.oldestOut())
+				}
+				break
+			}
+		}
+	}
+}
+
+func (s *fsession[K]) oldestOut() int64 {
+	if len(s.out) == 0 {
+		return 0
+	}
+	return s.out[0].sent.UnixNano()
+}
+
+// tick sends the next heartbeat when it is due and moves between
+// Following and Behind by the lag. A follower whose heartbeats do not come
+// back (a relay that is down, or taking over) passes through; it does not
+// reconnect: its consumer tells it when the stream fails.
+func (s *fsession[K]) tick(now time.Time) {
+	f := s.f
+	if !now.Before(s.next) {
+		select {
+		case s.send <- fmt.Sprintf("H %s-%d", s.token, s.seq+1):
+			s.seq++
+			s.out = append(s.out, outBeat{seq: s.seq, sent: now})
+			if postgres.State(f.state.Load()) != postgres.Resyncing {
+				f.unconfirmed.CompareAndSwap(0, now.UnixNano())
+			}
+		default:
+		}
+		s.next = now.Add(f.c.heartbeat)
+	}
+	lag := f.lagAt(now)
+	switch st := postgres.State(f.state.Load()); {
+	case st == postgres.Following && lag > f.c.maxLag:
+		f.feed.Invalidate()
+		f.state.Store(int32(postgres.Behind))
+	case st == postgres.Behind && lag < f.c.maxLag/2:
+		f.feed.MarkReady()
+		f.state.Store(int32(postgres.Following))
+	}
+}
