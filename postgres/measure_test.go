@@ -2,18 +2,17 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cuckooguard/cuckooguard/internal/loadgen"
 )
 
 // measuring skips the test unless CUCKOOGUARD_MEASURE is set: these run
@@ -23,23 +22,6 @@ func measuring(t *testing.T) {
 	if os.Getenv("CUCKOOGUARD_MEASURE") == "" {
 		t.Skip("set CUCKOOGUARD_MEASURE=1 to measure")
 	}
-}
-
-var tpsLine = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
-
-// cpuSeconds returns the CPU time (user and system) process pid has used,
-// from /proc.
-func cpuSeconds(t *testing.T, pid int) float64 {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0 // gone
-	}
-	// The command may hold spaces: fields count from its closing ")".
-	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	utime, _ := strconv.ParseFloat(fields[11], 64)
-	stime, _ := strconv.ParseFloat(fields[12], 64)
-	return (utime + stime) / 100 // USER_HZ
 }
 
 // walsenders returns the PIDs of the server's walsenders.
@@ -65,16 +47,16 @@ func walsenders(t *testing.T, db *pgx.Conn) []int {
 func cpuDuring(t *testing.T, db *pgx.Conn, run func()) (walsender, follower float64) {
 	t.Helper()
 	pids := walsenders(t, db)
-	before, self := 0.0, cpuSeconds(t, os.Getpid())
+	before, self := 0.0, loadgen.CPUSeconds(os.Getpid())
 	for _, p := range pids {
-		before += cpuSeconds(t, p)
+		before += loadgen.CPUSeconds(p)
 	}
 	run()
 	after := 0.0
 	for _, p := range pids {
-		after += cpuSeconds(t, p)
+		after += loadgen.CPUSeconds(p)
 	}
-	return after - before, cpuSeconds(t, os.Getpid()) - self
+	return after - before, loadgen.CPUSeconds(os.Getpid()) - self
 }
 
 // pgbench runs pgbench against dsn's server for d with clients clients,
@@ -87,22 +69,11 @@ func pgbench(t *testing.T, dsn, table string, clients int, d time.Duration, args
 	if err != nil {
 		t.Fatal(err)
 	}
-	script := filepath.Join(t.TempDir(), "insert.sql")
-	os.WriteFile(script, []byte(fmt.Sprintf("\\set id random(1, 1000000000000)\nINSERT INTO %s (id, name) VALUES (:id, 'bench') ON CONFLICT DO NOTHING;\n", table)), 0o644)
-	cmd := exec.Command("pgbench", "-n", "-h", cfg.Host, "-p", strconv.Itoa(int(cfg.Port)), "-U", cfg.User,
-		"-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, 4)), "-T", strconv.Itoa(int(d.Seconds())),
-		"-f", script)
-	cmd.Args = append(append(cmd.Args, args...), cfg.Database)
-	cmd.Env = append(os.Environ(), "PGOPTIONS=-c search_path="+cfg.RuntimeParams["search_path"])
-	out, err := cmd.CombinedOutput()
+	s := loadgen.Server{Host: cfg.Host, Port: int(cfg.Port), User: cfg.User, Database: cfg.Database, SearchPath: cfg.RuntimeParams["search_path"]}
+	tps, err := loadgen.Inserts(s, t.TempDir(), table, clients, d, args...)
 	if err != nil {
-		t.Fatalf("pgbench: %v\n%s", err, out)
+		t.Fatal(err)
 	}
-	m := tpsLine.FindSubmatch(out)
-	if m == nil {
-		t.Fatalf("pgbench printed no tps:\n%s", out)
-	}
-	tps, _ := strconv.ParseFloat(string(m[1]), 64)
 	return tps
 }
 
