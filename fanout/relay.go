@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -73,7 +74,10 @@ func NewRelay(dsn, name string, nc *nats.Conn, tables []postgres.SourceTable, op
 	if err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(nc)
+	// Acks are awaited in order (see relayHandler.reap); one that never
+	// comes (a connection lost with the message in it) ends the term
+	// within the deadline, and the next resumes from the slot.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(2*maxInFlight), jetstream.WithPublishAsyncTimeout(c.deadline))
 	if err != nil {
 		return nil, fmt.Errorf("fanout: %w", err)
 	}
@@ -193,12 +197,32 @@ func (r *Relay) ensureStream(ctx context.Context) error {
 	return nil
 }
 
+// maxInFlight is how many messages the relay publishes ahead of
+// JetStream's acknowledgements.
+const maxInFlight = 1024
+
 // relayHandler publishes what the relay's Source streams.
 type relayHandler struct {
 	r      *Relay
 	ctx    context.Context
 	tables []relayTable
 	routes map[string]int // subject token: table
+
+	// The messages published and not acknowledged yet, oldest first: the
+	// relay publishes ahead of the acknowledgements, a round trip to the
+	// stream per transaction being what would bound its throughput, and
+	// confirms a transaction's LSN once every message up to its own is
+	// acknowledged. One that fails ends the term: a message after it may
+	// be in the stream while it is not, and the followers find that gap
+	// by the Prev chain and read the table.
+	inFlight []inFlight
+}
+
+// inFlight is a message published and not acknowledged yet: once it and
+// every message before it are, lsn (if not 0) may be confirmed.
+type inFlight struct {
+	ack jetstream.PubAckFuture // nil: nothing to wait for
+	lsn pglogrepl.LSN
 }
 
 // relayTable is where a table's messages stand in the stream.
@@ -217,6 +241,7 @@ func (h *relayHandler) Start(ctx context.Context, st postgres.SourceStart) error
 	if err != nil {
 		return fmt.Errorf("fanout: relay: %w", err)
 	}
+	h.inFlight = nil // a session's: what the last one left unacknowledged it publishes again
 	h.tables = make([]relayTable, len(st.Tables))
 	h.routes = make(map[string]int, len(st.Tables))
 	for i, name := range st.Tables {
@@ -255,7 +280,11 @@ func (h *relayHandler) Start(ctx context.Context, st postgres.SourceStart) error
 
 // Commit publishes one committed transaction: each table's part of it
 // that the stream does not hold yet, then the followers' control
-// messages, and confirms it once JetStream acknowledged them all.
+// messages, and confirms it once JetStream acknowledged them all and
+// every message before them. It waits for the acknowledgements only to
+// keep fewer than maxInFlight messages out, and at each control message
+// (a heartbeat or a marker: at least once a heartbeat), so that the slot
+// is confirmed as often.
 func (h *relayHandler) Commit(ctx context.Context, c *postgres.SourceCommit) error {
 	limit := int(h.r.nc.MaxPayload()) / 2
 	for i := range c.Tables {
@@ -266,23 +295,88 @@ func (h *relayHandler) Commit(ctx context.Context, c *postgres.SourceCommit) err
 		m := txMsg{Epoch: t.epoch, LSN: uint64(c.LSN), Prev: t.last, Xid: c.Xid, Creates: ch.Creates, Deletes: ch.Deletes,
 			Tags: c.Tags, Reread: ch.Truncated || ch.Incomplete, Version: t.version}
 		for _, p := range split(m, limit) {
-			if err := h.send(ctx, t.subject+".tx", &p); err != nil {
+			b, err := p.encode()
+			if err != nil {
+				return err
+			}
+			id := fmt.Sprintf("%s:%d:%d", p.Epoch, p.LSN, p.Part)
+			if err := h.publish(ctx, t.subject+".tx", b, jetstream.WithMsgID(id)); err != nil {
 				return err
 			}
 		}
 		t.last = uint64(c.LSN)
 	}
+	controls := false
 	for _, ctl := range c.Controls {
 		i, ok := h.routes[ctl.Route]
 		if !ok {
 			continue // a follower of a table this relay does not stream
 		}
-		if _, err := h.r.js.Publish(ctx, h.tables[i].subject+".ctl", []byte(ctl.Payload)); err != nil {
-			return fmt.Errorf("fanout: relay: publish: %w", err)
+		if err := h.publish(ctx, h.tables[i].subject+".ctl", []byte(ctl.Payload)); err != nil {
+			return err
 		}
-		h.r.publish.Add(1)
+		controls = true
 	}
-	h.r.src.Confirm(c.LSN)
+	h.inFlight = append(h.inFlight, inFlight{lsn: c.LSN})
+	if controls {
+		return h.reap(ctx, 0)
+	}
+	return h.reap(ctx, maxInFlight)
+}
+
+// publish publishes b on subject without waiting for the acknowledgement.
+func (h *relayHandler) publish(ctx context.Context, subject string, b []byte, opts ...jetstream.PublishOpt) error {
+	if err := h.reap(ctx, maxInFlight-1); err != nil {
+		return err
+	}
+	ack, err := h.r.js.PublishAsync(subject, b, opts...)
+	if err != nil {
+		return fmt.Errorf("fanout: relay: publish to %s: %w", subject, err)
+	}
+	h.inFlight = append(h.inFlight, inFlight{ack: ack})
+	h.r.publish.Add(1)
+	return nil
+}
+
+// reap takes the acknowledged messages off the front of the queue,
+// confirming their LSNs, and waits for more until at most keep are left.
+func (h *relayHandler) reap(ctx context.Context, keep int) error {
+	done := 0
+	var confirm pglogrepl.LSN
+	defer func() {
+		h.inFlight = h.inFlight[:copy(h.inFlight, h.inFlight[done:])]
+		if confirm != 0 {
+			h.r.src.Confirm(confirm)
+		}
+	}()
+	for ; done < len(h.inFlight); done++ {
+		f := h.inFlight[done]
+		if f.ack != nil {
+			wait := len(h.inFlight)-done > keep
+			var err error
+			if wait {
+				select {
+				case <-f.ack.Ok():
+				case err = <-f.ack.Err():
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			} else {
+				select {
+				case <-f.ack.Ok():
+				case err = <-f.ack.Err():
+				default:
+					return nil // not yet, and not too many
+				}
+			}
+			if err != nil {
+				return fmt.Errorf("fanout: relay: publish to %s: %w", f.ack.Msg().Subject, err)
+			}
+		}
+		if f.lsn != 0 {
+			confirm = f.lsn
+		}
+	}
 	return nil
 }
 
