@@ -19,11 +19,14 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/cuckooguard/cuckooguard/examples/userdb"
+	"github.com/cuckooguard/cuckooguard/fanout"
 	"github.com/cuckooguard/cuckooguard/guard"
 	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/metrics"
@@ -39,7 +42,10 @@ type app struct {
 	db       *userdb.DB
 	loader   *guarded.Loader[int64, userdb.User]
 	mw       *middleware.Middleware[int64]
-	follower *postgres.Follower[int64] // nil on SQLite
+	follower *postgres.Follower[int64] // PostgreSQL, following the table directly
+	relayed  *fanout.Follower[int64]   // PostgreSQL with -nats: following the relay's stream
+	relay    *fanout.Relay             // with -nats: this replica relays while it holds the relay's lock
+	nc       *nats.Conn
 	log      *slog.Logger
 	srv      *http.Server
 	filled   chan struct{} // closed when the warm-up (or the follower) ends
@@ -54,6 +60,7 @@ type config struct {
 	Heartbeat time.Duration // the follower's heartbeat (PostgreSQL); 0 for the default
 	Notify    bool          // follow through the trigger and NOTIFY instead of logical decoding
 	Snapshot  string        // the follower's snapshot file (logical decoding); "" for none
+	NATS      string        // follow through a relay and NATS JetStream at this URL; "" to follow the database directly
 }
 
 // newApp opens cfg.DSN, seeds users 1..cfg.Rows and builds the service.
@@ -110,26 +117,10 @@ func newApp(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err erro
 	closers = append(closers, loader.Close)
 	a := &app{db: db, loader: loader, log: log, filled: make(chan struct{})}
 	if replica {
-		parse := func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }
-		fopts := []postgres.Option{postgres.WithLogger(log)}
-		if cfg.Origin != "" {
-			fopts = append(fopts, postgres.WithOrigin(cfg.Origin))
-		}
-		if cfg.Heartbeat > 0 {
-			fopts = append(fopts, postgres.WithHeartbeat(cfg.Heartbeat))
-		}
-		if cfg.Notify {
-			fopts = append(fopts, postgres.WithNotify())
-		}
-		if cfg.Snapshot != "" {
-			fopts = append(fopts, postgres.WithSnapshotFile(cfg.Snapshot))
-		}
-		if a.follower, err = postgres.NewFollower(loader, cfg.DSN, table, "id", parse, fopts...); err != nil {
+		closers = append(closers, func() error { a.closeNATS(); return nil })
+		if err := a.follow(cfg, table); err != nil {
 			return nil, err
 		}
-		// This replica's inserts are tagged so that its follower skips
-		// them: its Loader adds their ids before writing.
-		db.Tag = a.follower.TagQuery
 	}
 	if a.mw, err = middleware.New(loader, middleware.Int64(middleware.PathValue("id"))); err != nil {
 		return nil, err
@@ -143,6 +134,9 @@ func newApp(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err erro
 	)
 	if a.follower != nil {
 		reg.MustRegister(pgmetrics.NewFollowerCollector(a.follower))
+	}
+	if a.relayed != nil {
+		reg.MustRegister(relayCollector(a.relayed, a.relay))
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /users/{id}", a.mw.Wrap(http.HandlerFunc(a.getUser)))
@@ -205,9 +199,17 @@ const maxBody = 1 << 16
 func (a *app) warmUp(ctx context.Context) error {
 	defer close(a.filled)
 	var err error
-	if a.follower != nil {
+	switch {
+	case a.relayed != nil:
+		// The relay and the follower until ctx ends: every replica may
+		// relay, one at a time, and follows the stream.
+		g, gctx := errgroup.WithContext(ctx)
+		g.Go(func() error { return a.relay.Run(gctx) })
+		g.Go(func() error { return a.relayed.Run(gctx) })
+		err = g.Wait()
+	case a.follower != nil:
 		err = a.follower.Run(ctx)
-	} else {
+	default:
 		err = a.loader.Fill(ctx, a.db.IDs(ctx))
 	}
 	if ctx.Err() != nil {
@@ -232,6 +234,7 @@ func (a *app) shutdown(ctx context.Context) error {
 	a.draining.Store(true)
 	err := a.srv.Shutdown(ctx)
 	a.loader.Close()
+	a.closeNATS()
 	a.db.Close()
 	return err
 }
@@ -271,6 +274,14 @@ func (a *app) readyz(w http.ResponseWriter, r *http.Request) {
 		st.Ready = st.Ready && fs.State == postgres.Following
 		if fs.State != postgres.Following && fs.LastError != nil {
 			st.FollowerError = string(fs.LastErrorReason) + ": " + fs.LastError.Error()
+		}
+	}
+	if a.relayed != nil {
+		fs := a.relayed.Stats()
+		st.Follower = fs.State.String()
+		st.Ready = st.Ready && fs.State == postgres.Following
+		if fs.State != postgres.Following && fs.LastError != nil {
+			st.FollowerError = fs.LastError.Error()
 		}
 	}
 	st.Ready = st.Ready && !st.Draining

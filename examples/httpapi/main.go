@@ -26,7 +26,11 @@
 // restarted instance starts from its saved guard instead of reading the
 // table; with -notify it follows through a trigger and LISTEN/NOTIFY
 // instead, for servers without logical decoding, at a cost to the
-// table's writers.
+// table's writers. With -nats URL and an -origin each the replicas share
+// one slot: one of them at a time relays the table's changes to a NATS
+// JetStream stream (package fanout), every replica follows the stream,
+// and a new replica starts from the guard the relay's replica saved to
+// JetStream instead of reading the table.
 //
 // SIGINT or SIGTERM shut it down gracefully: /readyz turns 503 at once,
 // the listener stays open for -drain (so that a load balancer sees the
@@ -55,10 +59,11 @@ func main() {
 	heartbeat := flag.Duration("heartbeat", 0, "how often the follower checks its stream through the database (default 1s; pass-through after 3 missed)")
 	notify := flag.Bool("notify", false, "follow the table through a trigger and LISTEN/NOTIFY instead of logical decoding (servers without wal_level=logical; slows the table's writers)")
 	snapshot := flag.String("snapshot", "", "file where the follower saves its guard, to restart without reading the table (needs a stable -origin)")
+	natsURL := flag.String("nats", "", "follow through a relay and NATS JetStream at this URL (nats://host:4222) instead of a replication slot per replica: one replica at a time relays the table's changes, and all follow the stream (many replicas; needs -origin)")
 	drain := flag.Duration("drain", 0, "on SIGTERM, how long to keep serving with /readyz at 503 before closing the listener")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	cfg := config{DSN: *dsn, Rows: *rows, Origin: replicaOrigin(*origin, *snapshot != ""), Heartbeat: *heartbeat, Notify: *notify, Snapshot: *snapshot}
+	cfg := config{DSN: *dsn, Rows: *rows, Origin: replicaOrigin(*origin, *snapshot != ""), Heartbeat: *heartbeat, Notify: *notify, Snapshot: *snapshot, NATS: *natsURL}
 	if err := run(*addr, cfg, *drain, log); err != nil {
 		log.Error("httpapi", "error", err)
 		os.Exit(1)
