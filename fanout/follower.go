@@ -122,7 +122,6 @@ func NewFollower[K comparable](loader postgres.Target[K], nc *nats.Conn, dsn, ta
 		return nil, fmt.Errorf("fanout: follower: %w", err)
 	}
 	conf.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-	postgres.PinOutput(conf.RuntimeParams)
 	if conf.RuntimeParams["application_name"] == "" {
 		conf.RuntimeParams["application_name"] = "cuckooguard fanout follower " + c.origin
 	}

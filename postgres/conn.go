@@ -32,7 +32,11 @@ func (d *dialer) connect(ctx context.Context, role string) (*pgx.Conn, error) {
 	// result text, printed by the type's output function, as the change
 	// stream prints keys (see scan).
 	conf.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-	pinOutput(conf.RuntimeParams)
+	// The settings that shape printed keys are set in the transactions
+	// that read keys (pinLocal), not here: a pooler refuses startup
+	// parameters it does not know ("unsupported startup parameter:
+	// bytea_output"), and a connection that fails to start cannot even
+	// tell that the pooler delivers no notifications.
 	c, err := pgx.ConnectConfig(cctx, conf)
 	if err != nil {
 		return nil, failed(ReasonConnect, fmt.Errorf("postgres: %s connect: %w", d.who, err))
@@ -67,21 +71,51 @@ func (d *dialer) name(params map[string]string, role string) {
 	}
 }
 
-// pinOutput sets, in the startup parameters of a Follower's connection,
-// the settings that shape how the server prints values: the read and the
-// stream print keys with the type's output function, and must print them
-// alike whatever the server, database or role defaults are (a timestamp
-// key in another DateStyle or TimeZone would be another key). A DSN that
-// sets one keeps it, for both connections.
-func pinOutput(params map[string]string) {
-pin:
-	for k, v := range map[string]string{"DateStyle": "ISO, MDY", "IntervalStyle": "postgres", "TimeZone": "UTC",
-		"extra_float_digits": "1", "bytea_output": "hex"} {
-		for set := range params {
-			if strings.EqualFold(set, k) {
-				continue pin
-			}
+// outputPins are the settings that shape how the server prints values:
+// the read and the stream print keys with the type's output function, and
+// must print them alike whatever the server, database or role defaults
+// are (a timestamp key in another DateStyle or TimeZone would be another
+// key).
+var outputPins = [...][2]string{{"DateStyle", "ISO, MDY"}, {"IntervalStyle", "postgres"}, {"TimeZone", "UTC"},
+	{"extra_float_digits", "1"}, {"bytea_output", "hex"}}
+
+// pinned reports whether the startup parameters params set k (a DSN that
+// sets one keeps it, for the read and the stream alike).
+func pinned(params map[string]string, k string) bool {
+	for set := range params {
+		if strings.EqualFold(set, k) {
+			return true
 		}
-		params[k] = v
 	}
+	return false
+}
+
+// pinOutput sets outputPins in the startup parameters of a replication
+// connection, unless params sets them already. (A replication connection
+// goes to the server itself: no pooler carries one.)
+func pinOutput(params map[string]string) {
+	for _, kv := range outputPins {
+		if !pinned(params, kv[0]) {
+			params[kv[0]] = kv[1]
+		}
+	}
+}
+
+// pinLocal sets outputPins for the rest of tx, a transaction that reads
+// keys on a regular connection, except those its startup parameters
+// params set: what pinOutput gives the stream's connection.
+func pinLocal(ctx context.Context, tx pgx.Tx, params map[string]string) error {
+	var sets []string
+	for _, kv := range outputPins {
+		if !pinned(params, kv[0]) {
+			sets = append(sets, fmt.Sprintf("set_config(%s, %s, true)", quoteLiteral(kv[0]), quoteLiteral(kv[1])))
+		}
+	}
+	if len(sets) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, "SELECT "+strings.Join(sets, ", "), pgx.QueryExecModeSimpleProtocol); err != nil {
+		return fmt.Errorf("postgres: pin the output settings: %w", err)
+	}
+	return nil
 }

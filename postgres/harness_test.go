@@ -205,13 +205,29 @@ func (n *node[K]) wrong404s(t *testing.T) (checked, wrong int) {
 // as text.
 func (n *node[K]) exists(t *testing.T, text string) bool {
 	t.Helper()
+	ctx := context.Background()
+	tx, err := n.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, streamForms, pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
 	var found bool
 	q := fmt.Sprintf(`SELECT EXISTS (SELECT FROM %s WHERE format('%%s', %s) = $1)`, n.table, pgx.Identifier{n.key}.Sanitize())
-	if err := n.pool.QueryRow(context.Background(), q, text).Scan(&found); err != nil {
+	if err := tx.QueryRow(ctx, q, text).Scan(&found); err != nil {
 		t.Fatal(err)
 	}
 	return found
 }
+
+// streamForms sets, for a transaction, the settings that shape printed
+// values as a follower's stream has them (unless its DSN sets them; no
+// test's does): the checks read keys in the form the replica holds them,
+// whatever the role's defaults are.
+const streamForms = `SET LOCAL DateStyle = 'ISO, MDY'; SET LOCAL IntervalStyle = 'postgres'; SET LOCAL TimeZone = 'UTC';
+SET LOCAL extra_float_digits = 1; SET LOCAL bytea_output = 'hex'`
 
 // tableKeys returns every key of table's key column in the server's text
 // form (its output function's, as the change stream carries it).
@@ -228,7 +244,15 @@ func tableKeys(t *testing.T, dsn, table, key string) []string {
 		t.Fatal(err)
 	}
 	defer c.Close(ctx)
-	rows, err := c.Query(ctx, fmt.Sprintf(`SELECT %s FROM %s`, pgx.Identifier{key}.Sanitize(), table))
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, streamForms); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT %s FROM %s`, pgx.Identifier{key}.Sanitize(), table))
 	if err != nil {
 		t.Fatal(err)
 	}

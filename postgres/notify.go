@@ -215,6 +215,9 @@ func (f *Follower[K]) readNotify(ctx context.Context, reader *pgx.Conn, rel rela
 // returns text): a key's ::text may differ (a char(n) loses its padding,
 // an inet host gains /32), and would be another key.
 func (f *Follower[K]) scan(ctx context.Context, tx pgx.Tx, rel relation, add func(K) error) (int64, error) {
+	if err := pinLocal(ctx, tx, f.dial.conf.RuntimeParams); err != nil {
+		return 0, err
+	}
 	rows, err := tx.Query(ctx, fmt.Sprintf("SELECT %s FROM %s", pgx.Identifier{f.key}.Sanitize(), rel.from()))
 	if err != nil {
 		return 0, err
@@ -243,9 +246,10 @@ func (f *Follower[K]) scan(ctx context.Context, tx pgx.Tx, rel relation, add fun
 // (the fanout module's) that reads the table and then applies the changes
 // that the snapshot does not see ([Snapshot.Visible],
 // [Snapshot.VisibleXid]). Keys come as the type's output function prints
-// them, which is how the change stream carries them; the connection's
-// settings that shape printed values should be the defaults of the
-// relay's (see [NewSource]). It returns how many keys it read.
+// them, with the settings that shape printed values (DateStyle, TimeZone
+// and the like) as a [Source]'s stream has them, unless conn's startup
+// parameters set them: set them alike for both, or for neither. It
+// returns how many keys it read.
 func ReadTable(ctx context.Context, conn *pgx.Conn, table, keyColumn string, add func(text string) error) (Snapshot, int64, error) {
 	switch {
 	case ctx == nil || conn == nil || add == nil:
@@ -262,6 +266,9 @@ func ReadTable(ctx context.Context, conn *pgx.Conn, table, keyColumn string, add
 		return Snapshot{}, 0, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
+	if err := pinLocal(ctx, tx, conn.Config().RuntimeParams); err != nil {
+		return Snapshot{}, 0, err
+	}
 	rows, err := tx.Query(ctx, fmt.Sprintf("SELECT %s FROM %s", pgx.Identifier{keyColumn}.Sanitize(), rel.from()), pgx.QueryExecModeSimpleProtocol)
 	if err != nil {
 		return Snapshot{}, 0, fmt.Errorf("postgres: read table %s: %w", rel, err)
@@ -279,10 +286,3 @@ func ReadTable(ctx context.Context, conn *pgx.Conn, table, keyColumn string, add
 	}
 	return sn, n, nil
 }
-
-// PinOutput sets, in the startup parameters of a connection's
-// configuration, the settings that shape how the server prints values,
-// as a Follower's and a Source's connections have them, unless params
-// sets them already: a follower of a relay that reads the table with
-// [ReadTable] prints keys as the relay's stream does.
-func PinOutput(params map[string]string) { pinOutput(params) }

@@ -208,7 +208,7 @@ func TestFollowerThroughTransactionPooler(t *testing.T) {
 		l.Close()
 		st := f.Stats()
 		if !errors.Is(err, ErrNoNotifications) {
-			t.Fatalf("start %d through a transaction-pooling bouncer: Run = %v, want ErrNoNotifications", i, err)
+			t.Fatalf("start %d through a transaction-pooling bouncer: Run = %v, want ErrNoNotifications\n%s", i, err, logs.String())
 		}
 		if ready {
 			t.Fatalf("start %d: the Loader was ready though nothing arrived", i)

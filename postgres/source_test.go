@@ -127,9 +127,17 @@ func TestSource(t *testing.T) {
 			r2.starts[0], again[0].LSN, again[1].LSN, got[0].LSN, got[1].LSN, got[2].LSN)
 	}
 	stop()
-	// A slot that is gone: a reset, from a new one.
-	if err := dropSlot(ctx, c, relaySlotName(name)); err != nil {
-		t.Fatal(err)
+	// A slot that is gone: a reset, from a new one. (The server ends the
+	// stopped stream's walsender soon after its connection closed, not at
+	// once: the slot stays active until then.)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		err := dropSlot(ctx, c, relaySlotName(name))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
 	}
 	r3 := &sourceRecorder{}
 	runSource(t, dsn, name, r3) // stopped at the end of the test

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -250,4 +251,74 @@ func dsnOf(t *testing.T, db *pgx.Conn) string {
 	}
 	cfg := db.Config()
 	return fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable&search_path=%s", cfg.User, cfg.Host, cfg.Port, cfg.Database, schema)
+}
+
+// Case 6, the settings: a role whose defaults print values otherwise
+// (DateStyle, TimeZone, IntervalStyle, bytea_output, extra_float_digits)
+// reads and streams keys in one text form. The read sets the forms for its
+// own transaction, not as startup parameters, which a pooler refuses
+// (TestFollowerThroughTransactionPooler).
+func TestWrong404KeyTextFormsUnderRoleDefaults(t *testing.T) {
+	ctx := context.Background()
+	db, _ := pgConn(t)
+	dsn := dsnOf(t, db)
+	var schema, user string
+	if err := db.QueryRow(ctx, `SELECT current_schema(), current_user`).Scan(&schema, &user); err != nil {
+		t.Fatal(err)
+	}
+	role := "cg_style_" + schema
+	for _, q := range []string{
+		`CREATE ROLE ` + role + ` LOGIN SUPERUSER`,
+		`ALTER ROLE ` + role + ` SET DateStyle = 'SQL, DMY'`,
+		`ALTER ROLE ` + role + ` SET TimeZone = 'Asia/Kolkata'`,
+		`ALTER ROLE ` + role + ` SET IntervalStyle = 'sql_standard'`,
+		`ALTER ROLE ` + role + ` SET bytea_output = 'escape'`,
+		`ALTER ROLE ` + role + ` SET extra_float_digits = 0`,
+	} {
+		if _, err := db.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() {
+		c, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return
+		}
+		defer c.Close(ctx)
+		c.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1`, role)
+		c.Exec(ctx, fmt.Sprintf(`DROP OWNED BY %s; DROP ROLE %s`, role, role))
+	})
+	styled := strings.Replace(dsn, user+"@", role+"@", 1)
+	sdb := connect(t, styled)
+	var got string
+	if err := sdb.QueryRow(ctx, `SELECT '2026-01-02 03:04:05+00'::timestamptz::text`).Scan(&got); err != nil || got == "2026-01-02 03:04:05+00" {
+		t.Fatalf("the role's defaults are not in effect (%q, %v): the test would prove nothing", got, err)
+	}
+	for _, tc := range []struct {
+		typ         string
+		seed, later []string
+	}{
+		{"timestamptz", []string{"2026-01-02 03:04:05+00", "2026-12-31 23:59:59.5+02"}, []string{"2027-02-03 04:05:06+00", "1999-01-08 12:00:00-08"}},
+		{"timestamp", []string{"2026-01-02 03:04:05"}, []string{"2027-02-03 04:05:06"}},
+		{"date", []string{"2026-01-02"}, []string{"2027-02-03"}},
+		{"interval", []string{"1 day 02:00:00", "3 mons"}, []string{"2 days 00:00:01", "1 year"}},
+		{"bytea", []string{`\x0102ff`, `\x41`}, []string{`\x00ff`, `\x7f80`}},
+		{"float8", []string{"0.3333333333333333", "1e-7"}, []string{"0.6666666666666666", "2.718281828459045"}},
+	} {
+		t.Run(tc.typ, func(t *testing.T) {
+			table := "styled_" + strings.TrimSuffix(tc.typ, "8")
+			execAll(t, styled, `CREATE TABLE `+table+` (k `+tc.typ+` PRIMARY KEY)`)
+			for _, k := range tc.seed {
+				execAll(t, styled, `INSERT INTO `+table+` VALUES (`+quoteLiteral(k)+`)`)
+			}
+			if err := Publish(ctx, sdb, table, "k"); err != nil {
+				t.Fatal(err)
+			}
+			a := startNode(t, styled, table, "k", "A", parseText, nodeConf{})
+			for _, k := range tc.later {
+				execAll(t, styled, `INSERT INTO `+table+` VALUES (`+quoteLiteral(k)+`)`)
+			}
+			expectNoWrong404s(t, a, tc.typ+" keys under the role's output defaults, read and streamed")
+		})
+	}
 }
