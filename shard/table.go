@@ -64,7 +64,27 @@ var altTable = func() (t [256]uint64) {
 // Bucket b holds the entries whose position starts with the k bits of b
 // (the most significant first); bucket b of a table of 2^k buckets splits
 // into buckets 2b and 2b+1 of the doubled table.
+//
+// The header is two cache lines: what lookups read, which writers change
+// only when entries are stashed or the shard doubles, and the tail
+// histogram, which inserts and deletes change. While the histogram shared
+// the lookups' line, every write to a shard cost the next lookup of that
+// shard on each other core a cache miss (issue 34). A header of two
+// whole lines falls in an allocator size class of whole lines, so that
+// its lines are the cache's own (TestTableLayout).
 type table struct {
+	tableLookup
+	// The padding goes before tails, not after: a zero-length last field
+	// would make the compiler add padding of its own.
+	_ [(cacheLine - unsafe.Sizeof(tableLookup{})%cacheLine) % cacheLine]byte
+
+	// tails counts the entries (copies included) by tail length, for the
+	// false-positive estimate. Written under Shard.mu.
+	tails [MaxTailBits + 1]atomic.Int64
+}
+
+// tableLookup is the part of a table header that lookups read.
+type tableLookup struct {
 	buckets []uint64 // read with atomic loads, written with atomic stores under Shard.mu
 	k       uint8    // log2(len(buckets))
 	sh      uint8    // 64-k: v>>sh is the bucket of position v
@@ -86,10 +106,6 @@ type table struct {
 	// finishLocked).
 	stash atomic.Pointer[[]uint64]
 
-	// tails counts the entries (copies included) by tail length, for the
-	// false-positive estimate. Written under Shard.mu.
-	tails [MaxTailBits + 1]atomic.Int64
-
 	// Migration. While the shard doubles, next is the table being filled
 	// and buckets [0, cursor) of this table have been split into it; a
 	// lookup resolves each of its buckets through the cursor. Both are set
@@ -106,11 +122,9 @@ func newTable(k uint8) *table {
 
 // newTableHeader returns a table of 2^k buckets without its buckets.
 func newTableHeader(k uint8) *table {
-	return &table{
-		k:   k,
-		sh:  64 - k,
-		psh: 56 - k,
-	}
+	t := new(table)
+	t.k, t.sh, t.psh = k, 64-k, 56-k
+	return t
 }
 
 // tnew returns the tail length of entries inserted into t: the longest a
