@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/FastFilter/xorfilter"
 	"github.com/zeebo/xxh3"
@@ -278,13 +279,19 @@ func BenchmarkMixRing(b *testing.B) {
 	})
 }
 
+// handoffProbe is how long runMix measures Handoff before and after a
+// parallel run.
+const handoffProbe = 20 * time.Millisecond
+
 // runMix runs mix m with MixWorker on b.RunParallel on the filter of im
 // prebuilt with n keys. The guard, blobloom and panmari256 are used as
 // they are; every other peer sits behind one sync.RWMutex. Bloom filters
 // cannot remove: their writes are all adds, on a copy of the prebuilt
 // filter made for each call (timer stopped). For the guard it also
 // reports read retries per 1,000 lookups: lookups whose miss overlapped a
-// move and were repeated.
+// move and were repeated. With GOMAXPROCS above 1 it reports the
+// machine's Handoff just before and just after the run: a run whose two
+// figures differ much ran on a machine that changed under it.
 func runMix(b *testing.B, im Impl, n int, m Mix) {
 	keys := keysFor(n)
 	p := prebuilt(b, im, n)
@@ -298,12 +305,17 @@ func runMix(b *testing.B, im Impl, n int, m Mix) {
 	retries0 := guardRetries(p.f)
 	var ids atomic.Uint64
 	var res MixResult
+	before := Handoff(handoffProbe)
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		MixWorker(f, keys, m, ids.Add(1), im.CanRemove, pb, &res)
 	})
 	b.StopTimer()
+	if before > 0 {
+		b.ReportMetric(before, "handoff-before-ns")
+		b.ReportMetric(Handoff(handoffProbe), "handoff-after-ns")
+	}
 	sink = int(res.Hits.Load())
 	if fn, rf, rm := res.FalseNegatives.Load(), res.Refused.Load(), res.RemoveMisses.Load(); fn+rf+rm > 0 {
 		b.Fatalf("%d false negatives, %d adds refused, %d removes missed", fn, rf, rm)

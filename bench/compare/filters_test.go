@@ -2,8 +2,10 @@ package compare
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
+	"time"
 )
 
 // testN is the size the adapters are checked at.
@@ -193,5 +195,18 @@ func TestKeysDistinct(t *testing.T) {
 			}
 			seen[string(k.key)] = id
 		}
+	}
+}
+
+// TestHandoff checks that Handoff measures with two threads and reports 0
+// with one.
+func TestHandoff(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	if ns := Handoff(time.Millisecond); ns != 0 {
+		t.Errorf("Handoff with GOMAXPROCS 1 = %v ns, want 0", ns)
+	}
+	runtime.GOMAXPROCS(2)
+	if ns := Handoff(5 * time.Millisecond); !(ns > 0) {
+		t.Errorf("Handoff with GOMAXPROCS 2 = %v ns, want > 0", ns)
 	}
 }
