@@ -37,13 +37,12 @@ func (s *Shard) Stats() Stats {
 		ReadRetries:       s.retries.Load(),
 		DuplicatesRefused: s.refused.Load(),
 	}
-	for i := range st.Tails {
-		st.Tails[i] = int(t.tails[i].Load())
-	}
+	st.Tails = t.histogram(st.Copies)
 	if nt := t.next.Load(); nt != nil {
 		// Mid-doubling: report the table being filled, count both tables'
 		// memory and stashes. The histogram stays the old table's until
-		// the doubling ends.
+		// the doubling ends (an exact old table's: all copies with the
+		// longest tail).
 		st.Growing = true
 		st.MigratedBuckets = int(t.cursor.Load())
 		st.Buckets = len(nt.buckets)

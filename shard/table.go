@@ -67,11 +67,12 @@ var altTable = func() (t [256]uint64) {
 //
 // The header is two cache lines: what lookups read, which writers change
 // only when entries are stashed or the shard doubles, and the tail
-// histogram, which inserts and deletes change. While the histogram shared
-// the lookups' line, every write to a shard cost the next lookup of that
-// shard on each other core a cache miss (issue 34). A header of two
-// whole lines falls in an allocator size class of whole lines, so that
-// its lines are the cache's own (TestTableLayout).
+// histogram, which inserts and deletes change (in a table that is not
+// exact: see count). While the histogram shared the lookups' line, every
+// write to a shard cost the next lookup of that shard on each other core
+// a cache miss (issue 34). A header of two whole lines falls in an
+// allocator size class of whole lines, so that its lines are the cache's
+// own (TestTableLayout).
 type table struct {
 	tableLookup
 	// The padding goes before tails, not after: a zero-length last field
@@ -79,7 +80,8 @@ type table struct {
 	_ [(cacheLine - unsafe.Sizeof(tableLookup{})%cacheLine) % cacheLine]byte
 
 	// tails counts the entries (copies included) by tail length, for the
-	// false-positive estimate. Written under Shard.mu.
+	// false-positive estimate, in a table that is not exact (see count).
+	// Written under Shard.mu.
 	tails [MaxTailBits + 1]atomic.Int64
 }
 
@@ -308,10 +310,28 @@ func (t *table) stashEqual(b, s uint64) int {
 	return n
 }
 
-// count adds n entries of slot s to the tail histogram. The caller holds
-// the shard's mutex.
+// count adds n entries of slot s to the tail histogram of a table that is
+// not exact. An exact table keeps no counts: all its entries keep
+// MaxTailBits, so the shard's copies are its histogram (see histogram),
+// and its inserts and deletes write no line of its header. The caller
+// holds the shard's mutex.
 func (t *table) count(s uint64, n int64) {
-	t.tails[tailLen(s)].Add(n)
+	if !t.exact {
+		t.tails[tailLen(s)].Add(n)
+	}
+}
+
+// histogram returns the entries (copies) of t by tail length: if t is
+// exact, copies (the shard's count) with MaxTailBits, else t's counts.
+func (t *table) histogram(copies int) (h [MaxTailBits + 1]int) {
+	if t.exact {
+		h[MaxTailBits] = copies
+		return h
+	}
+	for i := range h {
+		h[i] = int(t.tails[i].Load())
+	}
+	return h
 }
 
 // splitBucket splits bucket w of a table into the buckets lo = 2j and
