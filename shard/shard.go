@@ -158,8 +158,7 @@ func (s *Shard) Insert(f uint8, v uint64) error {
 		return ErrZeroFingerprint
 	}
 	for {
-		d := s.Doublings()
-		err := s.insert(f, v)
+		d, err := s.insert(f, v)
 		if err != ErrFull || s.growth == nil {
 			return err
 		}
@@ -173,10 +172,15 @@ func (s *Shard) Insert(f uint8, v uint64) error {
 	}
 }
 
-// insert is one attempt of Insert, under the mutex.
-func (s *Shard) insert(f uint8, v uint64) error {
+// insert is one attempt of Insert, under the mutex. It also returns the
+// shard's doublings at the attempt, for growFor. (It reads them under the
+// mutex: read before Lock, they would fetch the writers' cache line from
+// the core that wrote it last, and Lock would then have to take it back
+// from that core's copy, two transfers instead of one.)
+func (s *Shard) insert(f uint8, v uint64) (doublings int, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	doublings = s.Doublings()
 	t := s.tab.Load()
 	g := alt(f)
 	if nt := t.next.Load(); nt != nil {
@@ -192,12 +196,12 @@ func (s *Shard) insert(f uint8, v uint64) error {
 		}
 		if n >= MaxCopies {
 			s.refused.Add(1)
-			return ErrTooManyCopies
+			return doublings, ErrTooManyCopies
 		}
 		for i := range tabs {
 			if tabs[i].put(bs[i], ss[i]) {
 				s.added(tabs[i], ss[i])
-				return nil
+				return doublings, nil
 			}
 		}
 		// Evictions would have to cross the cursor: help finish the
@@ -208,26 +212,26 @@ func (s *Shard) insert(f uint8, v uint64) error {
 	b1, s1, b2, s2 := t.slots(f, v, g)
 	if equalLanes(t.buckets[b1], s1)+equalLanes(t.buckets[b2], s2)+t.stashEqual(b1, s1)+t.stashEqual(b2, s2) >= MaxCopies {
 		s.refused.Add(1)
-		return ErrTooManyCopies
+		return doublings, ErrTooManyCopies
 	}
 	if t.put(b1, s1) {
 		s.added(t, s1)
-		return nil
+		return doublings, nil
 	}
 	if t.put(b2, s2) {
 		s.added(t, s2)
-		return nil
+		return doublings, nil
 	}
 	if s.fullAt != 0 && s.items.Load() >= s.fullAt {
-		return ErrFull
+		return doublings, ErrFull
 	}
 	sl, err := s.kickLocked(t, b1, s1, b2, s2, true)
 	if err != nil {
 		s.fullAt = s.items.Load()
-		return err
+		return doublings, err
 	}
 	s.added(t, sl)
-	return nil
+	return doublings, nil
 }
 
 // added counts a new item whose slot s was stored in t. The caller holds
