@@ -21,7 +21,7 @@ func Handoff(d time.Duration) float64 {
 	if runtime.GOMAXPROCS(0) < 2 {
 		return 0
 	}
-	const warm = 1 << 12 // turns before the clock starts
+	const warm = 1 << 12  // turns before the clock starts
 	var turn atomic.Int64 // even: the first goroutine's turn, odd: the second's; -1: stop
 	var start time.Time
 	var ns float64
