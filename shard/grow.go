@@ -128,7 +128,6 @@ func (s *Shard) finishLocked(t, nt *table) {
 	t.stashN.Store(0)
 	s.tab.Store(nt)
 	s.doublings.Add(1)
-	s.fullAt = 0
 	if s.growth != nil {
 		s.growth.used.Add(-int64(tableBytes(len(t.buckets))))
 	}

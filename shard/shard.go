@@ -31,9 +31,17 @@ type Shard struct {
 
 const cacheLine = 64
 
+// writeSide is everything an insert or a delete writes besides buckets,
+// on the line that Lock takes anyway: the counts a guard needs for its
+// adds and removes too, so that a write moves no other line between the
+// cores of the writers (issue 34).
 type writeSide struct {
-	mu        sync.Mutex   // protects the fields below and writes to *tab
-	items     atomic.Int64 // items inserted and not deleted; written under mu
+	mu sync.Mutex // protects the fields below and writes to *tab
+	// inserts and deletes count the items inserted (ReadFrom's included)
+	// and deleted; the shard holds inserts - deletes. Both only grow, so
+	// that sums of them over shards do too. Written under mu.
+	inserts   atomic.Uint64
+	deletes   atomic.Uint64
 	copies    atomic.Int64 // occupied slots, stash included; written under mu
 	doublings atomic.Int32 // written under mu
 	// searches counts the searches for an eviction path, for tests: a
@@ -42,12 +50,6 @@ type writeSide struct {
 	searches int32
 	retries  atomic.Uint64
 	refused  atomic.Uint64 // inserts refused with ErrTooManyCopies
-	// fullAt is the item count at which a search for an eviction path
-	// last failed, 0 if none has since the last delete or doubling. An
-	// insert that would need one at that count or above fails at once:
-	// writers retrying on a full shard would otherwise search it, up to
-	// maxPathNodes bucket reads each, again and again.
-	fullAt int64
 	// growth is the shard's growth policy, nil for a shard that doubles
 	// only when told to; set once by SetGrowth before the shard is shared.
 	growth *Growth
@@ -222,12 +224,12 @@ func (s *Shard) insert(f uint8, v uint64) (doublings int, err error) {
 		s.added(t, s2)
 		return doublings, nil
 	}
-	if s.fullAt != 0 && s.items.Load() >= s.fullAt {
+	if t.fullAt != 0 && int64(s.Len()) >= t.fullAt {
 		return doublings, ErrFull
 	}
 	sl, err := s.kickLocked(t, b1, s1, b2, s2, true)
 	if err != nil {
-		s.fullAt = s.items.Load()
+		t.fullAt = int64(s.Len())
 		return doublings, err
 	}
 	s.added(t, sl)
@@ -237,7 +239,7 @@ func (s *Shard) insert(f uint8, v uint64) (doublings int, err error) {
 // added counts a new item whose slot s was stored in t. The caller holds
 // s.mu.
 func (s *Shard) added(t *table, sl uint64) {
-	s.items.Add(1)
+	s.inserts.Add(1)
 	s.copies.Add(1)
 	t.count(sl, 1)
 }
@@ -312,9 +314,11 @@ func (s *Shard) Delete(f uint8, v uint64) bool {
 		bestTab.count(laneOf(w, bestLane), -1)
 		atomic.StoreUint64(&bestTab.buckets[bestB], withLane(w, bestLane, 0))
 	}
-	s.items.Add(-1)
+	s.deletes.Add(1)
 	s.copies.Add(-1)
-	s.fullAt = 0
+	if t.fullAt != 0 {
+		t.fullAt = 0 // a store only when it changes: the line stays shared
+	}
 	if nt == nil && t.stashN.Load() != 0 {
 		s.drainStashLocked(t)
 	}
@@ -348,7 +352,22 @@ func (s *Shard) drainStashLocked(t *table) {
 // Len returns the number of items in the shard: inserts minus deletes,
 // counting repeated inserts of one item.
 func (s *Shard) Len() int {
-	return int(s.items.Load())
+	ins, del := s.counts()
+	return int(ins - del)
+}
+
+// counts returns the shard's inserts and deletes as they were at one
+// moment: deletes read on both sides of inserts, until no delete came in
+// between. (Two plain loads could pair inserts made after the deletes
+// were read with them, and overstate the items by any number.)
+func (s *Shard) counts() (inserts, deletes uint64) {
+	for {
+		d := s.deletes.Load()
+		i := s.inserts.Load()
+		if s.deletes.Load() == d {
+			return i, d
+		}
+	}
 }
 
 // LoadFactor returns the fraction of slots in use, the copies of void

@@ -66,9 +66,9 @@ var altTable = func() (t [256]uint64) {
 // into buckets 2b and 2b+1 of the doubled table.
 //
 // The header is two cache lines: what lookups read, which writers change
-// only when entries are stashed or the shard doubles, and the tail
-// histogram, which inserts and deletes change (in a table that is not
-// exact: see count). While the histogram shared the lookups' line, every
+// only when entries are stashed or the shard doubles, and what only
+// writers read, which a plain insert or delete does not write (see count
+// and fullAt). While the tail histogram shared the lookups' line, every
 // write to a shard cost the next lookup of that shard on each other core
 // a cache miss (issue 34). A header of two whole lines falls in an
 // allocator size class of whole lines, so that its lines are the cache's
@@ -79,10 +79,19 @@ type table struct {
 	// would make the compiler add padding of its own.
 	_ [(cacheLine - unsafe.Sizeof(tableLookup{})%cacheLine) % cacheLine]byte
 
-	// tails counts the entries (copies included) by tail length, for the
-	// false-positive estimate, in a table that is not exact (see count).
-	// Written under Shard.mu.
-	tails [MaxTailBits + 1]atomic.Int64
+	// tails counts the entries (copies included) with a tail shorter than
+	// MaxTailBits by tail length, for the false-positive estimate; the
+	// rest of the shard's copies keep MaxTailBits (see histogram), so
+	// that the inserts of a table that has room for MaxTailBits count
+	// nothing here. Written under Shard.mu.
+	tails [MaxTailBits]atomic.Int64
+	// fullAt is the item count at which a search for an eviction path in
+	// this table last failed, 0 if none has since the last delete. An
+	// insert that would need one at that count or above fails at once:
+	// writers retrying on a full shard would otherwise search it, up to
+	// maxPathNodes bucket reads each, again and again. Read and written
+	// under Shard.mu.
+	fullAt int64
 }
 
 // tableLookup is the part of a table header that lookups read.
@@ -310,27 +319,27 @@ func (t *table) stashEqual(b, s uint64) int {
 	return n
 }
 
-// count adds n entries of slot s to the tail histogram of a table that is
-// not exact. An exact table keeps no counts: all its entries keep
-// MaxTailBits, so the shard's copies are its histogram (see histogram),
-// and its inserts and deletes write no line of its header. The caller
-// holds the shard's mutex.
+// count adds n entries of slot s to the tail histogram. Entries with
+// MaxTailBits, all those a table inserts while it has room for them, are
+// not counted but derived (see histogram): their inserts and deletes
+// write no line of the header. The caller holds the shard's mutex.
 func (t *table) count(s uint64, n int64) {
-	if !t.exact {
-		t.tails[tailLen(s)].Add(n)
+	if tl := tailLen(s); tl < MaxTailBits {
+		t.tails[tl].Add(n)
 	}
 }
 
-// histogram returns the entries (copies) of t by tail length: if t is
-// exact, copies (the shard's count) with MaxTailBits, else t's counts.
+// histogram returns the entries of t by tail length, given copies, the
+// shard's count of them: the counted short tails, and the rest with
+// MaxTailBits. (While the shard doubles, copies counts both tables'
+// entries and the result is an estimate.)
 func (t *table) histogram(copies int) (h [MaxTailBits + 1]int) {
-	if t.exact {
-		h[MaxTailBits] = copies
-		return h
-	}
-	for i := range h {
+	short := 0
+	for i := range t.tails {
 		h[i] = int(t.tails[i].Load())
+		short += h[i]
 	}
+	h[MaxTailBits] = max(copies-short, 0)
 	return h
 }
 

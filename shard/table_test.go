@@ -9,16 +9,16 @@ import (
 )
 
 // TestTableLayout checks that what lookups read of a table header shares
-// no cache line with the tail histogram, which inserts and deletes write:
-// a shared line costs every lookup of the shard on another core a miss
-// after each write (issue 34).
+// no cache line with what writers write there (the tail histogram and
+// fullAt): a shared line costs every lookup of the shard on another core
+// a miss after each such write (issue 34).
 func TestTableLayout(t *testing.T) {
 	var tab table
 	if n := unsafe.Sizeof(tab.tableLookup); n > cacheLine {
 		t.Errorf("the lookups' part of a table header takes %d bytes, want at most one cache line (%d)", n, cacheLine)
 	}
 	if off := unsafe.Offsetof(tab.tails); off%cacheLine != 0 || off < unsafe.Sizeof(tab.tableLookup) {
-		t.Errorf("tails at offset %d, want a line of its own after the lookups' part (%d bytes)", off, unsafe.Sizeof(tab.tableLookup))
+		t.Errorf("tails at offset %d, want the writers' line after the lookups' part (%d bytes)", off, unsafe.Sizeof(tab.tableLookup))
 	}
 	// Two lines: each shard holds one header (two while it doubles).
 	if n := unsafe.Sizeof(tab); n != 2*cacheLine {
