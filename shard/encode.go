@@ -150,7 +150,9 @@ func (s *Shard) ReadFrom(r io.Reader) (int64, error) {
 	t.exact = t.tnew() == MaxTailBits && t.histogram(int(copies))[MaxTailBits] == int(copies)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	t.refused.Store(s.tab.Load().refused.Load())
 	s.tab.Store(t)
+	s.fullAt = 0 // a search in the table replaced says nothing about t
 	s.inserts.Store(items)
 	s.deletes.Store(0)
 	s.copies.Store(int64(copies))

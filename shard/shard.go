@@ -49,7 +49,12 @@ type writeSide struct {
 	// doublings keeps writeSide in one cache line.)
 	searches int32
 	retries  atomic.Uint64
-	refused  atomic.Uint64 // inserts refused with ErrTooManyCopies
+	// fullAt is the item count at which a search for an eviction path
+	// last failed, 0 if none has since the last delete or doubling. An
+	// insert that would need one at that count or above fails at once:
+	// writers retrying on a full shard would otherwise search it, up to
+	// maxPathNodes bucket reads each, again and again.
+	fullAt int64
 	// growth is the shard's growth policy, nil for a shard that doubles
 	// only when told to; set once by SetGrowth before the shard is shared.
 	growth *Growth
@@ -197,7 +202,7 @@ func (s *Shard) insert(f uint8, v uint64) (doublings int, err error) {
 			n += equalLanes(tabs[i].buckets[bs[i]], ss[i]) + tabs[i].stashEqual(bs[i], ss[i])
 		}
 		if n >= MaxCopies {
-			s.refused.Add(1)
+			t.refused.Add(1)
 			return doublings, ErrTooManyCopies
 		}
 		for i := range tabs {
@@ -213,7 +218,7 @@ func (s *Shard) insert(f uint8, v uint64) (doublings int, err error) {
 	}
 	b1, s1, b2, s2 := t.slots(f, v, g)
 	if equalLanes(t.buckets[b1], s1)+equalLanes(t.buckets[b2], s2)+t.stashEqual(b1, s1)+t.stashEqual(b2, s2) >= MaxCopies {
-		s.refused.Add(1)
+		t.refused.Add(1)
 		return doublings, ErrTooManyCopies
 	}
 	if t.put(b1, s1) {
@@ -224,12 +229,12 @@ func (s *Shard) insert(f uint8, v uint64) (doublings int, err error) {
 		s.added(t, s2)
 		return doublings, nil
 	}
-	if t.fullAt != 0 && int64(s.Len()) >= t.fullAt {
+	if s.fullAt != 0 && int64(s.Len()) >= s.fullAt {
 		return doublings, ErrFull
 	}
 	sl, err := s.kickLocked(t, b1, s1, b2, s2, true)
 	if err != nil {
-		t.fullAt = int64(s.Len())
+		s.fullAt = int64(s.Len())
 		return doublings, err
 	}
 	s.added(t, sl)
@@ -316,9 +321,7 @@ func (s *Shard) Delete(f uint8, v uint64) bool {
 	}
 	s.deletes.Add(1)
 	s.copies.Add(-1)
-	if t.fullAt != 0 {
-		t.fullAt = 0 // a store only when it changes: the line stays shared
-	}
+	s.fullAt = 0
 	if nt == nil && t.stashN.Load() != 0 {
 		s.drainStashLocked(t)
 	}

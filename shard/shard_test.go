@@ -251,6 +251,13 @@ func TestTooManyCopies(t *testing.T) {
 	if st.Items != MaxCopies || st.Doublings != 0 || st.DuplicatesRefused != 1000-MaxCopies {
 		t.Fatalf("after 1000 inserts of one item: %+v", st)
 	}
+	// The count is the shard's, not its table's: a doubling keeps it.
+	if err := s.Grow(); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.DuplicatesRefused != 1000-MaxCopies {
+		t.Fatalf("after a doubling: %d inserts refused, want %d", st.DuplicatesRefused, 1000-MaxCopies)
+	}
 	r := rand.New(rand.NewPCG(7, 8))
 	for range 20 {
 		it := randomItem(r)

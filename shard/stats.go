@@ -39,7 +39,7 @@ func (s *Shard) Stats() Stats {
 		Doublings:         s.Doublings(),
 		Bytes:             shardBytes + tableBytes(len(t.buckets)) + stashBytes(int(t.stashN.Load())),
 		ReadRetries:       s.retries.Load(),
-		DuplicatesRefused: s.refused.Load(),
+		DuplicatesRefused: t.refused.Load(),
 	}
 	st.Items = int(st.Inserts - st.Deletes)
 	st.Tails = t.histogram(st.Copies)

@@ -67,8 +67,9 @@ var altTable = func() (t [256]uint64) {
 //
 // The header is two cache lines: what lookups read, which writers change
 // only when entries are stashed or the shard doubles, and what only
-// writers read, which a plain insert or delete does not write (see count
-// and fullAt). While the tail histogram shared the lookups' line, every
+// writers use, which a plain insert or delete neither reads nor writes
+// (see count): at 16M keys, where table headers fall out of the cache,
+// a line that each delete read cost a miss. While the tail histogram shared the lookups' line, every
 // write to a shard cost the next lookup of that shard on each other core
 // a cache miss (issue 34). A header of two whole lines falls in an
 // allocator size class of whole lines, so that its lines are the cache's
@@ -85,13 +86,11 @@ type table struct {
 	// that the inserts of a table that has room for MaxTailBits count
 	// nothing here. Written under Shard.mu.
 	tails [MaxTailBits]atomic.Int64
-	// fullAt is the item count at which a search for an eviction path in
-	// this table last failed, 0 if none has since the last delete. An
-	// insert that would need one at that count or above fails at once:
-	// writers retrying on a full shard would otherwise search it, up to
-	// maxPathNodes bucket reads each, again and again. Read and written
-	// under Shard.mu.
-	fullAt int64
+	// refused counts the shard's inserts refused with ErrTooManyCopies,
+	// carried over to the next table by a doubling. Written under
+	// Shard.mu, here rather than on the shard's write side, which the
+	// counts of every insert and delete fill.
+	refused atomic.Uint64
 }
 
 // tableLookup is the part of a table header that lookups read.
