@@ -37,9 +37,15 @@ type Guard struct {
 	rs     *resize.Resizer // doubles shards in the background; stopped by Close
 	closed atomic.Bool
 	owned  atomic.Bool // claimed by a wrapper that closes it (internal/owner)
+	// restored is the number of keys Restore read, which the shards count
+	// as inserts; Stats' Adds leaves them out. Set before the guard is
+	// shared.
+	restored uint64
 
-	adds       *xsync.Counter
-	removes    *xsync.Counter
+	// Adds and removes are counted by the shards, on the cache line that
+	// their writers hold anyway (see shard.Stats); a counter of the
+	// guard's own would be one more line that every write moves between
+	// cores. The rare outcomes are counted here.
 	failures   *xsync.Counter
 	dupRefused *xsync.Counter
 }
@@ -96,8 +102,6 @@ func newGuardValue(lay layout, seed uint64) *Guard {
 		shards:     make([]shard.Shard, len(lay.logs)),
 		lay:        lay,
 		seed:       seed,
-		adds:       xsync.NewCounter(),
-		removes:    xsync.NewCounter(),
 		failures:   xsync.NewCounter(),
 		dupRefused: xsync.NewCounter(),
 	}
@@ -243,7 +247,6 @@ func (g *Guard) AddHash(h uint64) error {
 		}
 		return err
 	}
-	g.adds.Inc()
 	g.rs.Maybe(s) // queues a background doubling at the grow threshold
 	return nil
 }
@@ -264,11 +267,7 @@ func (g *Guard) RemoveString(key string) bool {
 // RemoveHash is [Guard.Remove] for a key hashed by the caller.
 func (g *Guard) RemoveHash(h uint64) bool {
 	s, f, v := g.route(h)
-	if !s.Delete(f, v) {
-		return false
-	}
-	g.removes.Inc()
-	return true
+	return s.Delete(f, v)
 }
 
 // Len returns the number of keys in the set, counting copies. It visits
@@ -313,7 +312,7 @@ const resizerBytes = 352
 
 // fixedBytes returns the heap memory of a guard laid out as l besides its
 // shards' own figures: the Guard, what the allocator rounds its slice of
-// shards up by, the layout's slices, its four counters, its growth policy
+// shards up by, the layout's slices, its two counters, its growth policy
 // and its resizer.
 func fixedBytes(l layout) int {
 	shardsBytes := len(l.logs) * int(unsafe.Sizeof(shard.Shard{}))
@@ -321,7 +320,7 @@ func fixedBytes(l layout) int {
 		memsize.Of(int(unsafe.Sizeof(shard.Growth{})), false) +
 		memsize.Of(shardsBytes, true) - shardsBytes +
 		memsize.Of(8*cap(l.logs), false) + memsize.Of(4*cap(l.bounds), false) +
-		4*counterBytes() +
+		2*counterBytes() +
 		resizerBytes
 }
 

@@ -199,6 +199,7 @@ func Restore(r io.Reader, opts ...Option) (*Guard, error) {
 	}
 	// The snapshot does not record the capacity the guard was made with:
 	// a rebuild sizes its replacement from the keys it holds.
+	g.restored = uint64(g.Len())
 	c.capacity = max(g.Len(), 1)
 	if err := g.start(c, growth); err != nil {
 		return nil, err

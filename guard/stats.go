@@ -42,6 +42,8 @@ type Stats struct {
 // ShardStats describes one shard of a guard, as [Stats] does the guard.
 type ShardStats struct {
 	Items             int                        // keys in the shard, counting copies added
+	Inserts           uint64                     // adds to the shard, and the keys Restore read into it; only grows
+	Deletes           uint64                     // removes from the shard; only grows
 	Copies            int                        // occupied slots: Items plus the copies of void entries
 	Buckets           int                        // buckets of four slots (of the new table while Growing)
 	Slots             int                        // Buckets × 4
@@ -61,7 +63,7 @@ type ShardStats struct {
 // shard's can change without breaking guard users.
 func shardStats(s shard.Stats) ShardStats {
 	return ShardStats{
-		Items: s.Items, Copies: s.Copies, Buckets: s.Buckets, Slots: s.Slots,
+		Items: s.Items, Inserts: s.Inserts, Deletes: s.Deletes, Copies: s.Copies, Buckets: s.Buckets, Slots: s.Slots,
 		Stashed: s.Stashed, Doublings: s.Doublings, Tails: s.Tails, Bytes: s.Bytes,
 		LoadFactor: s.LoadFactor, EstimatedFPR: s.EstimatedFPR,
 		ReadRetries: s.ReadRetries, DuplicatesRefused: s.DuplicatesRefused,
@@ -78,8 +80,6 @@ func (g *Guard) Stats() Stats {
 		Bytes:             fixedBytes(g.lay),
 		MaxBytes:          g.cfg.maxBytes,
 		GrowThreshold:     g.cfg.growThreshold,
-		Adds:              uint64(g.adds.Value()),
-		Removes:           uint64(g.removes.Value()),
 		AddFailures:       uint64(g.failures.Value()),
 		DuplicatesRefused: uint64(g.dupRefused.Value()),
 
@@ -91,10 +91,13 @@ func (g *Guard) Stats() Stats {
 		PerShard:            make([]ShardStats, len(g.shards)),
 	}
 	var fpr float64
+	var inserts uint64
 	for i := range g.shards {
 		s := g.shards[i].Stats()
 		st.PerShard[i] = shardStats(s)
 		st.Items += s.Items
+		inserts += s.Inserts
+		st.Removes += s.Deletes
 		st.Copies += s.Copies
 		st.VoidCopies += s.Tails[0]
 		st.Slots += s.Slots
@@ -108,6 +111,7 @@ func (g *Guard) Stats() Stats {
 		// A shard sees lookups in proportion to its routing share.
 		fpr += s.EstimatedFPR * g.lay.share(i)
 	}
+	st.Adds = inserts - g.restored // the shards count Restore's keys as inserts
 	st.EstimatedFPR = fpr
 	st.LoadFactor = float64(st.Copies) / float64(st.Slots)
 	if st.Items > 0 {

@@ -1,10 +1,12 @@
 package guard
 
 import (
+	"bytes"
 	"fmt"
 	"reflect"
 	"runtime"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -145,5 +147,57 @@ func TestShardStatsMirrorsShard(t *testing.T) {
 				t.Errorf("shard %d: ShardStats.%s = %v, shard.Stats has %v", i, name, f.Interface(), want.Field(j).Interface())
 			}
 		}
+	}
+}
+
+// TestStatsCountsAddsAndRemoves checks Adds and Removes, which the shards
+// count: exact after concurrent adds and removes, and only what happened
+// since a Restore, whose keys the shards count as inserts.
+func TestStatsCountsAddsAndRemoves(t *testing.T) {
+	const workers, perWorker = 4, 2000
+	g := mustNew(t, WithCapacity(workers*perWorker))
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range perWorker {
+				key := fmt.Sprintf("%d/%d", w, i)
+				if err := g.AddString(key); err != nil {
+					t.Error(err)
+					return
+				}
+				if i%4 == 0 && !g.RemoveString(key) {
+					t.Errorf("Remove(%q) = false after its Add", key)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	const adds, removes = workers * perWorker, workers * perWorker / 4
+	st := g.Stats()
+	if st.Adds != adds || st.Removes != removes || st.Items != adds-removes {
+		t.Fatalf("Stats: %d adds, %d removes, %d items; want %d, %d, %d", st.Adds, st.Removes, st.Items, adds, removes, adds-removes)
+	}
+
+	var snap bytes.Buffer
+	if _, err := g.WriteTo(&snap); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Restore(&snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if st := r.Stats(); st.Adds != 0 || st.Removes != 0 || st.Items != adds-removes {
+		t.Fatalf("restored: %d adds, %d removes, %d items; want 0, 0, %d", st.Adds, st.Removes, st.Items, adds-removes)
+	}
+	if err := r.AddString("new"); err != nil {
+		t.Fatal(err)
+	}
+	if !r.RemoveString("0/1") {
+		t.Fatal(`Remove("0/1") = false in the restored guard`)
+	}
+	if st := r.Stats(); st.Adds != 1 || st.Removes != 1 || st.Items != adds-removes {
+		t.Fatalf("restored, then one add and one remove: %d adds, %d removes, %d items; want 1, 1, %d", st.Adds, st.Removes, st.Items, adds-removes)
 	}
 }

@@ -46,7 +46,7 @@ func (s *Shard) WriteTo(w io.Writer) (int64, error) {
 	buf = append(buf, t.k, 0)
 	buf = binary.LittleEndian.AppendUint16(buf, uint16(len(stash)))
 	buf = binary.LittleEndian.AppendUint32(buf, uint32(s.doublings.Load()))
-	buf = binary.LittleEndian.AppendUint64(buf, uint64(s.items.Load()))
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(s.Len()))
 	buf = binary.LittleEndian.AppendUint64(buf, uint64(s.copies.Load()))
 	for _, e := range stash {
 		buf = binary.LittleEndian.AppendUint64(buf, e)
@@ -147,11 +147,14 @@ func (s *Shard) ReadFrom(r io.Reader) (int64, error) {
 	if count != copies {
 		return read, fmt.Errorf("%w: %d slots recorded, %d stored", ErrCorrupt, copies, count)
 	}
-	t.exact = t.tnew() == MaxTailBits && t.tails[MaxTailBits].Load() == int64(copies)
+	t.exact = t.tnew() == MaxTailBits && t.histogram(int(copies))[MaxTailBits] == int(copies)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	t.refused.Store(s.tab.Load().refused.Load())
 	s.tab.Store(t)
-	s.items.Store(int64(items))
+	s.fullAt = 0 // a search in the table replaced says nothing about t
+	s.inserts.Store(items)
+	s.deletes.Store(0)
 	s.copies.Store(int64(copies))
 	s.doublings.Store(int32(doublings))
 	return read, nil

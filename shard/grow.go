@@ -126,6 +126,7 @@ func (s *Shard) finishLocked(t, nt *table) {
 	}
 	t.stash.Store(nil)
 	t.stashN.Store(0)
+	nt.refused.Store(t.refused.Load())
 	s.tab.Store(nt)
 	s.doublings.Add(1)
 	s.fullAt = 0

@@ -31,9 +31,17 @@ type Shard struct {
 
 const cacheLine = 64
 
+// writeSide is everything an insert or a delete writes besides buckets,
+// on the line that Lock takes anyway: the counts a guard needs for its
+// adds and removes too, so that a write moves no other line between the
+// cores of the writers (issue 34).
 type writeSide struct {
-	mu        sync.Mutex   // protects the fields below and writes to *tab
-	items     atomic.Int64 // items inserted and not deleted; written under mu
+	mu sync.Mutex // protects the fields below and writes to *tab
+	// inserts and deletes count the items inserted (ReadFrom's included)
+	// and deleted; the shard holds inserts - deletes. Both only grow, so
+	// that sums of them over shards do too. Written under mu.
+	inserts   atomic.Uint64
+	deletes   atomic.Uint64
 	copies    atomic.Int64 // occupied slots, stash included; written under mu
 	doublings atomic.Int32 // written under mu
 	// searches counts the searches for an eviction path, for tests: a
@@ -41,7 +49,6 @@ type writeSide struct {
 	// doublings keeps writeSide in one cache line.)
 	searches int32
 	retries  atomic.Uint64
-	refused  atomic.Uint64 // inserts refused with ErrTooManyCopies
 	// fullAt is the item count at which a search for an eviction path
 	// last failed, 0 if none has since the last delete or doubling. An
 	// insert that would need one at that count or above fails at once:
@@ -158,8 +165,7 @@ func (s *Shard) Insert(f uint8, v uint64) error {
 		return ErrZeroFingerprint
 	}
 	for {
-		d := s.Doublings()
-		err := s.insert(f, v)
+		d, err := s.insert(f, v)
 		if err != ErrFull || s.growth == nil {
 			return err
 		}
@@ -173,10 +179,15 @@ func (s *Shard) Insert(f uint8, v uint64) error {
 	}
 }
 
-// insert is one attempt of Insert, under the mutex.
-func (s *Shard) insert(f uint8, v uint64) error {
+// insert is one attempt of Insert, under the mutex. It also returns the
+// shard's doublings at the attempt, for growFor. (It reads them under the
+// mutex: read before Lock, they would fetch the writers' cache line from
+// the core that wrote it last, and Lock would then have to take it back
+// from that core's copy, two transfers instead of one.)
+func (s *Shard) insert(f uint8, v uint64) (doublings int, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	doublings = s.Doublings()
 	t := s.tab.Load()
 	g := alt(f)
 	if nt := t.next.Load(); nt != nil {
@@ -191,13 +202,13 @@ func (s *Shard) insert(f uint8, v uint64) error {
 			n += equalLanes(tabs[i].buckets[bs[i]], ss[i]) + tabs[i].stashEqual(bs[i], ss[i])
 		}
 		if n >= MaxCopies {
-			s.refused.Add(1)
-			return ErrTooManyCopies
+			t.refused.Add(1)
+			return doublings, ErrTooManyCopies
 		}
 		for i := range tabs {
 			if tabs[i].put(bs[i], ss[i]) {
 				s.added(tabs[i], ss[i])
-				return nil
+				return doublings, nil
 			}
 		}
 		// Evictions would have to cross the cursor: help finish the
@@ -207,33 +218,33 @@ func (s *Shard) insert(f uint8, v uint64) error {
 	}
 	b1, s1, b2, s2 := t.slots(f, v, g)
 	if equalLanes(t.buckets[b1], s1)+equalLanes(t.buckets[b2], s2)+t.stashEqual(b1, s1)+t.stashEqual(b2, s2) >= MaxCopies {
-		s.refused.Add(1)
-		return ErrTooManyCopies
+		t.refused.Add(1)
+		return doublings, ErrTooManyCopies
 	}
 	if t.put(b1, s1) {
 		s.added(t, s1)
-		return nil
+		return doublings, nil
 	}
 	if t.put(b2, s2) {
 		s.added(t, s2)
-		return nil
+		return doublings, nil
 	}
-	if s.fullAt != 0 && s.items.Load() >= s.fullAt {
-		return ErrFull
+	if s.fullAt != 0 && int64(s.Len()) >= s.fullAt {
+		return doublings, ErrFull
 	}
 	sl, err := s.kickLocked(t, b1, s1, b2, s2, true)
 	if err != nil {
-		s.fullAt = s.items.Load()
-		return err
+		s.fullAt = int64(s.Len())
+		return doublings, err
 	}
 	s.added(t, sl)
-	return nil
+	return doublings, nil
 }
 
 // added counts a new item whose slot s was stored in t. The caller holds
 // s.mu.
 func (s *Shard) added(t *table, sl uint64) {
-	s.items.Add(1)
+	s.inserts.Add(1)
 	s.copies.Add(1)
 	t.count(sl, 1)
 }
@@ -308,7 +319,7 @@ func (s *Shard) Delete(f uint8, v uint64) bool {
 		bestTab.count(laneOf(w, bestLane), -1)
 		atomic.StoreUint64(&bestTab.buckets[bestB], withLane(w, bestLane, 0))
 	}
-	s.items.Add(-1)
+	s.deletes.Add(1)
 	s.copies.Add(-1)
 	s.fullAt = 0
 	if nt == nil && t.stashN.Load() != 0 {
@@ -344,7 +355,22 @@ func (s *Shard) drainStashLocked(t *table) {
 // Len returns the number of items in the shard: inserts minus deletes,
 // counting repeated inserts of one item.
 func (s *Shard) Len() int {
-	return int(s.items.Load())
+	ins, del := s.counts()
+	return int(ins - del)
+}
+
+// counts returns the shard's inserts and deletes as they were at one
+// moment: deletes read on both sides of inserts, until no delete came in
+// between. (Two plain loads could pair inserts made after the deletes
+// were read with them, and overstate the items by any number.)
+func (s *Shard) counts() (inserts, deletes uint64) {
+	for {
+		d := s.deletes.Load()
+		i := s.inserts.Load()
+		if s.deletes.Load() == d {
+			return i, d
+		}
+	}
 }
 
 // LoadFactor returns the fraction of slots in use, the copies of void

@@ -251,6 +251,13 @@ func TestTooManyCopies(t *testing.T) {
 	if st.Items != MaxCopies || st.Doublings != 0 || st.DuplicatesRefused != 1000-MaxCopies {
 		t.Fatalf("after 1000 inserts of one item: %+v", st)
 	}
+	// The count is the shard's, not its table's: a doubling keeps it.
+	if err := s.Grow(); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.DuplicatesRefused != 1000-MaxCopies {
+		t.Fatalf("after a doubling: %d inserts refused, want %d", st.DuplicatesRefused, 1000-MaxCopies)
+	}
 	r := rand.New(rand.NewPCG(7, 8))
 	for range 20 {
 		it := randomItem(r)
@@ -304,6 +311,47 @@ func countItems(items []item) map[item]int {
 		m[it]++
 	}
 	return m
+}
+
+// TestLenUnderChurn checks that Len and Stats().Items, read while
+// writers insert and delete, stay within what the shard held: never
+// negative, never above what the writers could have added.
+func TestLenUnderChurn(t *testing.T) {
+	const writers, rounds, held = 2, 20_000, 3
+	s := mustNew(t, 4)
+	var done atomic.Int32
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			defer done.Add(1)
+			r := rand.New(rand.NewPCG(uint64(w), 1))
+			for range rounds {
+				var in [held]item
+				for i := range in {
+					in[i] = randomItem(r)
+					if err := s.Insert(in[i].f, in[i].v); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+				for _, it := range in {
+					if !s.Delete(it.f, it.v) {
+						t.Errorf("Delete(%+v) = false after its Insert", it)
+						return
+					}
+				}
+			}
+		})
+	}
+	for done.Load() < writers {
+		if n, items := s.Len(), s.Stats().Items; n < 0 || n > writers*held || items < 0 || items > writers*held {
+			t.Fatalf("Len() = %d, Stats().Items = %d, want each in [0, %d]", n, items, writers*held)
+		}
+	}
+	wg.Wait()
+	if n := s.Len(); n != 0 {
+		t.Errorf("Len() = %d after every insert was deleted, want 0", n)
+	}
 }
 
 // TestStress runs GOMAXPROCS writers, churners and lock-free readers on one

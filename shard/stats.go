@@ -9,6 +9,8 @@ const collisionProb = (4.0 + 254.0) / 65536.0
 // when writers run concurrently.
 type Stats struct {
 	Items             int                  // items inserted and not deleted, counting repeated inserts
+	Inserts           uint64               // successful inserts, and the items ReadFrom read; only grows
+	Deletes           uint64               // successful deletes; only grows
 	Copies            int                  // occupied slots: items plus the extra copies of void entries
 	Buckets           int                  // buckets in the current table (the new one while Growing)
 	Slots             int                  // Buckets × 4
@@ -27,19 +29,20 @@ type Stats struct {
 // Stats returns the shard's statistics. It takes no lock.
 func (s *Shard) Stats() Stats {
 	t := s.tab.Load()
+	ins, del := s.counts()
 	st := Stats{
-		Items:             s.Len(),
+		Inserts:           ins,
+		Deletes:           del,
 		Copies:            int(s.copies.Load()),
 		Buckets:           len(t.buckets),
 		Stashed:           int(t.stashN.Load()),
 		Doublings:         s.Doublings(),
 		Bytes:             shardBytes + tableBytes(len(t.buckets)) + stashBytes(int(t.stashN.Load())),
 		ReadRetries:       s.retries.Load(),
-		DuplicatesRefused: s.refused.Load(),
+		DuplicatesRefused: t.refused.Load(),
 	}
-	for i := range st.Tails {
-		st.Tails[i] = int(t.tails[i].Load())
-	}
+	st.Items = int(st.Inserts - st.Deletes)
+	st.Tails = t.histogram(st.Copies)
 	if nt := t.next.Load(); nt != nil {
 		// Mid-doubling: report the table being filled, count both tables'
 		// memory and stashes. The histogram stays the old table's until

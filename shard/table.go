@@ -64,7 +64,37 @@ var altTable = func() (t [256]uint64) {
 // Bucket b holds the entries whose position starts with the k bits of b
 // (the most significant first); bucket b of a table of 2^k buckets splits
 // into buckets 2b and 2b+1 of the doubled table.
+//
+// The header is two cache lines: what lookups read, which writers change
+// only when entries are stashed or the shard doubles, and what only
+// writers use, which a plain insert or delete neither reads nor writes
+// (see count): at 16M keys, where table headers fall out of the cache,
+// a line that each delete read cost a miss. While the tail histogram shared the lookups' line, every
+// write to a shard cost the next lookup of that shard on each other core
+// a cache miss (issue 34). A header of two whole lines falls in an
+// allocator size class of whole lines, so that its lines are the cache's
+// own (TestTableLayout).
 type table struct {
+	tableLookup
+	// The padding goes before tails, not after: a zero-length last field
+	// would make the compiler add padding of its own.
+	_ [(cacheLine - unsafe.Sizeof(tableLookup{})%cacheLine) % cacheLine]byte
+
+	// tails counts the entries (copies included) with a tail shorter than
+	// MaxTailBits by tail length, for the false-positive estimate; the
+	// rest of the shard's copies keep MaxTailBits (see histogram), so
+	// that the inserts of a table that has room for MaxTailBits count
+	// nothing here. Written under Shard.mu.
+	tails [MaxTailBits]atomic.Int64
+	// refused counts the shard's inserts refused with ErrTooManyCopies,
+	// carried over to the next table by a doubling. Written under
+	// Shard.mu, here rather than on the shard's write side, which the
+	// counts of every insert and delete fill.
+	refused atomic.Uint64
+}
+
+// tableLookup is the part of a table header that lookups read.
+type tableLookup struct {
 	buckets []uint64 // read with atomic loads, written with atomic stores under Shard.mu
 	k       uint8    // log2(len(buckets))
 	sh      uint8    // 64-k: v>>sh is the bucket of position v
@@ -86,10 +116,6 @@ type table struct {
 	// finishLocked).
 	stash atomic.Pointer[[]uint64]
 
-	// tails counts the entries (copies included) by tail length, for the
-	// false-positive estimate. Written under Shard.mu.
-	tails [MaxTailBits + 1]atomic.Int64
-
 	// Migration. While the shard doubles, next is the table being filled
 	// and buckets [0, cursor) of this table have been split into it; a
 	// lookup resolves each of its buckets through the cursor. Both are set
@@ -106,11 +132,9 @@ func newTable(k uint8) *table {
 
 // newTableHeader returns a table of 2^k buckets without its buckets.
 func newTableHeader(k uint8) *table {
-	return &table{
-		k:   k,
-		sh:  64 - k,
-		psh: 56 - k,
-	}
+	t := new(table)
+	t.k, t.sh, t.psh = k, 64-k, 56-k
+	return t
 }
 
 // tnew returns the tail length of entries inserted into t: the longest a
@@ -294,10 +318,28 @@ func (t *table) stashEqual(b, s uint64) int {
 	return n
 }
 
-// count adds n entries of slot s to the tail histogram. The caller holds
-// the shard's mutex.
+// count adds n entries of slot s to the tail histogram. Entries with
+// MaxTailBits, all those a table inserts while it has room for them, are
+// not counted but derived (see histogram): their inserts and deletes
+// write no line of the header. The caller holds the shard's mutex.
 func (t *table) count(s uint64, n int64) {
-	t.tails[tailLen(s)].Add(n)
+	if tl := tailLen(s); tl < MaxTailBits {
+		t.tails[tl].Add(n)
+	}
+}
+
+// histogram returns the entries of t by tail length, given copies, the
+// shard's count of them: the counted short tails, and the rest with
+// MaxTailBits. (While the shard doubles, copies counts both tables'
+// entries and the result is an estimate.)
+func (t *table) histogram(copies int) (h [MaxTailBits + 1]int) {
+	short := 0
+	for i := range t.tails {
+		h[i] = int(t.tails[i].Load())
+		short += h[i]
+	}
+	h[MaxTailBits] = max(copies-short, 0)
+	return h
 }
 
 // splitBucket splits bucket w of a table into the buckets lo = 2j and
