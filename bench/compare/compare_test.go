@@ -487,3 +487,68 @@ func prebuiltFuse(b *testing.B, n int) *xorfilter.BinaryFuse[uint16] {
 	fuseBy[n] = f
 	return f
 }
+
+// BenchmarkMixFloor is about the least that MixRing's writes can cost
+// concurrent lookups at 1M keys, whatever the filter: a 2 MiB table (the
+// size of the guard with 1M keys) with no filter in it, where a lookup is
+// two loads at random places and every 20th operation (writes=5%) is one
+// atomic store at a random place, with no count and no hashing. Every
+// line a write changes is one the other cores' lookups read (the table
+// fits in their caches), so a write takes the line from their caches and
+// the next of them to read it misses. locked=1 takes one of 64 mutexes
+// around each store, as a filter whose writers lock a shard would. What a
+// write adds per goroutine over writes=0%, divided by the handoff, is how
+// many handoffs a write costs; compare MixRing's guard with it at the same
+// -cpu and the same handoff.
+func BenchmarkMixFloor(b *testing.B) {
+	const words = 1 << 18 // 2 MiB
+	const locks = 64
+	for _, c := range []struct {
+		name   string
+		every  int
+		locked bool
+	}{{"writes=0%", 0, false}, {"writes=5%/locked=0", 20, false}, {"writes=5%/locked=1", 20, true}} {
+		b.Run(c.name, func(b *testing.B) {
+			t := make([]atomic.Uint64, words)
+			mu := make([]struct {
+				sync.Mutex
+				_ [64 - 8]byte // a line each
+			}, locks)
+			var ids atomic.Uint64
+			var total atomic.Uint64
+			before := Handoff(handoffProbe)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				rng := (ids.Add(1) * 0x9e3779b97f4a7c15) | 1
+				untilWrite := c.every
+				var s uint64
+				for pb.Next() {
+					rng ^= rng << 13 // xorshift64
+					rng ^= rng >> 7
+					rng ^= rng << 17
+					i := rng & (words - 1)
+					if untilWrite--; untilWrite == 0 {
+						untilWrite = c.every
+						if c.locked {
+							m := &mu[i%locks]
+							m.Lock()
+							t[i].Store(rng)
+							m.Unlock()
+						} else {
+							t[i].Store(rng)
+						}
+						continue
+					}
+					s += t[i].Load() + t[(rng>>32)&(words-1)].Load()
+				}
+				total.Add(s)
+			})
+			b.StopTimer()
+			if before > 0 {
+				b.ReportMetric(before, "handoff-before-ns")
+				b.ReportMetric(Handoff(handoffProbe), "handoff-after-ns")
+			}
+			sink = int(total.Load())
+		})
+	}
+}
