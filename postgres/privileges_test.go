@@ -16,20 +16,29 @@ import (
 // DSN of it.
 func replicaRole(t *testing.T, dsn string, grants ...string) string {
 	t.Helper()
+	return testRole(t, dsn, "cg_replica_", append([]string{
+		`CREATE ROLE $role LOGIN REPLICATION`,
+		`GRANT USAGE ON SCHEMA $schema TO $role`,
+		`GRANT SELECT ON users TO $role`,
+	}, grants...)...)
+}
+
+// testRole runs stmts on dsn with $role replaced by a role name made of
+// prefix and dsn's schema (the first statement creates it) and $schema by
+// that schema, drops the role and what it owns when t ends, and returns a
+// DSN of the role.
+func testRole(t *testing.T, dsn, prefix string, stmts ...string) string {
+	t.Helper()
 	ctx := context.Background()
 	c := connect(t, dsn)
 	var schema, user string
 	if err := c.QueryRow(ctx, `SELECT current_schema(), current_user`).Scan(&schema, &user); err != nil {
 		t.Fatal(err)
 	}
-	role := "cg_replica_" + schema
-	stmts := append([]string{
-		`CREATE ROLE ` + role + ` LOGIN REPLICATION`,
-		`GRANT USAGE ON SCHEMA ` + schema + ` TO ` + role,
-		`GRANT SELECT ON users TO ` + role,
-	}, grants...)
+	role := prefix + schema
 	for _, q := range stmts {
-		if _, err := c.Exec(ctx, strings.ReplaceAll(q, "$role", role)); err != nil {
+		q = strings.NewReplacer("$role", role, "$schema", schema).Replace(q)
+		if _, err := c.Exec(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}

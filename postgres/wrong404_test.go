@@ -262,33 +262,14 @@ func TestWrong404KeyTextFormsUnderRoleDefaults(t *testing.T) {
 	ctx := context.Background()
 	db, _ := pgConn(t)
 	dsn := dsnOf(t, db)
-	var schema, user string
-	if err := db.QueryRow(ctx, `SELECT current_schema(), current_user`).Scan(&schema, &user); err != nil {
-		t.Fatal(err)
-	}
-	role := "cg_style_" + schema
-	for _, q := range []string{
-		`CREATE ROLE ` + role + ` LOGIN SUPERUSER`,
-		`ALTER ROLE ` + role + ` SET DateStyle = 'SQL, DMY'`,
-		`ALTER ROLE ` + role + ` SET TimeZone = 'Asia/Kolkata'`,
-		`ALTER ROLE ` + role + ` SET IntervalStyle = 'sql_standard'`,
-		`ALTER ROLE ` + role + ` SET bytea_output = 'escape'`,
-		`ALTER ROLE ` + role + ` SET extra_float_digits = 0`,
-	} {
-		if _, err := db.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	t.Cleanup(func() {
-		c, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			return
-		}
-		defer c.Close(ctx)
-		c.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1`, role)
-		c.Exec(ctx, fmt.Sprintf(`DROP OWNED BY %s; DROP ROLE %s`, role, role))
-	})
-	styled := strings.Replace(dsn, user+"@", role+"@", 1)
+	styled := testRole(t, dsn, "cg_style_",
+		`CREATE ROLE $role LOGIN SUPERUSER`,
+		`ALTER ROLE $role SET DateStyle = 'SQL, DMY'`,
+		`ALTER ROLE $role SET TimeZone = 'Asia/Kolkata'`,
+		`ALTER ROLE $role SET IntervalStyle = 'sql_standard'`,
+		`ALTER ROLE $role SET bytea_output = 'escape'`,
+		`ALTER ROLE $role SET extra_float_digits = 0`,
+	)
 	sdb := connect(t, styled)
 	var got string
 	if err := sdb.QueryRow(ctx, `SELECT '2026-01-02 03:04:05+00'::timestamptz::text`).Scan(&got); err != nil || got == "2026-01-02 03:04:05+00" {
