@@ -204,6 +204,20 @@ const (
 	failSetup    = "setup"     // the table or the stream cannot be found
 )
 
+// ReadReasons lists the keys of Stats.Reads: why a Follower read its table
+// again. "start" (no saved guard to start from) and "requested" (the
+// Loader asked) are routine; "reset" (the relay reset the table), "reread"
+// (a TRUNCATE, or a transaction bigger than the relay holds back) and
+// "gap" (messages missing from the stream) are worth a look when they
+// repeat. Collectors use it to export every reason from the first scrape.
+var ReadReasons = []string{readStart, readReset, readReread, readGap, readRequest}
+
+// FailureReasons lists the keys of Stats.Failures: what ended a Follower's
+// session. "dead" (nothing came back within the heartbeat deadline),
+// "database" (the database connection failed), "stream" (the stream or
+// its consumer failed), "setup" (the table or the stream cannot be found).
+var FailureReasons = []string{failDead, failDatabase, failStream, failSetup}
+
 // Run follows until ctx ends and returns ctx.Err(), reconnecting with
 // backoff after a failed session. The Loader passes every lookup through
 // until the first session's marker is back, and after Run returns.
