@@ -30,6 +30,7 @@ import (
 	"github.com/cuckooguard/cuckooguard/guard"
 	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/metrics"
+	"github.com/cuckooguard/cuckooguard/metrics/fanoutmetrics"
 	"github.com/cuckooguard/cuckooguard/metrics/pgmetrics"
 	"github.com/cuckooguard/cuckooguard/middleware"
 	"github.com/cuckooguard/cuckooguard/postgres"
@@ -136,7 +137,7 @@ func newApp(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err erro
 		reg.MustRegister(pgmetrics.NewFollowerCollector(a.follower))
 	}
 	if a.relayed != nil {
-		reg.MustRegister(relayCollector(a.relayed, a.relay))
+		reg.MustRegister(fanoutmetrics.NewFollowerCollector(a.relayed), fanoutmetrics.NewRelayCollector(a.relay))
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /users/{id}", a.mw.Wrap(http.HandlerFunc(a.getUser)))

@@ -7,10 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cuckooguard/cuckooguard/fanout"
-	"github.com/cuckooguard/cuckooguard/metrics/pgmetrics"
 	"github.com/cuckooguard/cuckooguard/postgres"
 )
 
@@ -82,59 +80,4 @@ func (a *app) closeNATS() {
 	if a.nc != nil {
 		a.nc.Close()
 	}
-}
-
-// relayCollector exports what the replica's relay and stream follower
-// do: the follower's state and lag as cuckooguard_follower_state and
-// cuckooguard_follower_lag_seconds (the direct follower's names and
-// meanings), and the rest under cuckooguard_fanout_*.
-func relayCollector(f *fanout.Follower[int64], r *fanout.Relay) prometheus.Collector {
-	return &fanoutCollector{f: f, r: r,
-		state: prometheus.NewDesc("cuckooguard_follower_state", `1 for the follower's current state, 0 for the others. Lookups pass through in every state but "following".`, []string{"state"}, nil),
-		lag:   prometheus.NewDesc("cuckooguard_follower_lag_seconds", "Round trip of the last heartbeat through the database, the relay and the stream, or, if longer, how long nothing has confirmed the guard.", nil, nil),
-		applied: prometheus.NewDesc("cuckooguard_fanout_transactions_total", `Transactions from the stream, by result: "applied", or "skipped" (this replica's own inserts, or seen by the last read).`,
-			[]string{"result"}, nil),
-		reads:    prometheus.NewDesc("cuckooguard_fanout_full_reads_total", "Reads of the whole table, by why.", []string{"reason"}, nil),
-		failures: prometheus.NewDesc("cuckooguard_fanout_session_failures_total", "Follower sessions that ended in an error, by what ended them.", []string{"reason"}, nil),
-		leading:  prometheus.NewDesc("cuckooguard_fanout_relay_leading", "1 while this replica is the relay.", nil, nil),
-		publish:  prometheus.NewDesc("cuckooguard_fanout_relay_published_total", "Messages this replica published as the relay.", nil, nil),
-	}
-}
-
-type fanoutCollector struct {
-	f                                                      *fanout.Follower[int64]
-	r                                                      *fanout.Relay
-	state, lag, applied, reads, failures, leading, publish *prometheus.Desc
-}
-
-func (c *fanoutCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.state, c.lag, c.applied, c.reads, c.failures, c.leading, c.publish} {
-		ch <- d
-	}
-}
-
-func (c *fanoutCollector) Collect(ch chan<- prometheus.Metric) {
-	st, rs := c.f.Stats(), c.r.Stats()
-	for _, s := range pgmetrics.States {
-		v := 0.0
-		if st.State == s {
-			v = 1
-		}
-		ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, v, s.String())
-	}
-	ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, st.Lag.Seconds())
-	ch <- prometheus.MustNewConstMetric(c.applied, prometheus.CounterValue, float64(st.Applied), "applied")
-	ch <- prometheus.MustNewConstMetric(c.applied, prometheus.CounterValue, float64(st.Skipped), "skipped")
-	for why, n := range st.Reads {
-		ch <- prometheus.MustNewConstMetric(c.reads, prometheus.CounterValue, float64(n), why)
-	}
-	for why, n := range st.Failures {
-		ch <- prometheus.MustNewConstMetric(c.failures, prometheus.CounterValue, float64(n), why)
-	}
-	leading := 0.0
-	if rs.Leading {
-		leading = 1
-	}
-	ch <- prometheus.MustNewConstMetric(c.leading, prometheus.GaugeValue, leading)
-	ch <- prometheus.MustNewConstMetric(c.publish, prometheus.CounterValue, float64(rs.Published))
 }
