@@ -1,0 +1,199 @@
+package fanout
+
+import (
+	"encoding/json"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestToken checks that a table's token is a valid NATS subject token
+// (letters, digits, "_" and "-"), bounded in length, and that names that
+// differ only in what the token replaces still get different tokens.
+func TestToken(t *testing.T) {
+	cases := []string{"public.users", "Public.Users", "public.users ", "public.us.ers", "a.b", "a_b", "x." + strings.Repeat("é", 100), "", "s.t*>"}
+	seen := map[string]string{}
+	for _, table := range cases {
+		tok := Token(table)
+		checkToken(t, table, tok)
+		if prev, dup := seen[tok]; dup {
+			t.Errorf("Token(%q) = Token(%q) = %q", table, prev, tok)
+		}
+		seen[tok] = table
+		if again := Token(table); again != tok {
+			t.Errorf("Token(%q) = %q, then %q", table, tok, again)
+		}
+	}
+}
+
+func checkToken(t *testing.T, table, tok string) {
+	t.Helper()
+	if len(tok) == 0 || len(tok) > 64+9 {
+		t.Errorf("Token(%q) = %q: %d bytes", table, tok, len(tok))
+	}
+	for _, r := range tok {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			t.Errorf("Token(%q) = %q holds %q, which a subject token must not", table, tok, r)
+		}
+	}
+}
+
+// TestSplit checks split on a transaction that fits and on one that takes
+// several parts.
+func TestSplit(t *testing.T) {
+	m := txMsg{Epoch: "e1", LSN: 900, Prev: 800, Xid: 7, Version: "v3", Reread: true, Tags: [][]byte{[]byte("tag")},
+		Creates: []string{"a", "bb", "ccc"}, Deletes: []string{"dddd"}}
+	if parts := split(m, 1<<20); len(parts) != 1 || !reflect.DeepEqual(parts[0], m) {
+		t.Errorf("split under the limit = %+v, want the message as it is", parts)
+	}
+	parts := split(m, 8) // each key costs its length + 4
+	checkSplit(t, m, 8, parts)
+	if len(parts) < 3 {
+		t.Errorf("split into %d parts, want at least 3: %+v", len(parts), parts)
+	}
+}
+
+// checkSplit checks the parts of m split under limit: in order, every key
+// once, each part under the limit unless one key alone is over it, every
+// part with the transaction's position, tags and reread on the last part
+// only, parts numbered.
+func checkSplit(t *testing.T, m txMsg, limit int, parts []txMsg) {
+	t.Helper()
+	if len(parts) == 0 {
+		t.Fatal("no parts")
+	}
+	var creates, deletes []string
+	for i, p := range parts {
+		if p.Epoch != m.Epoch || p.LSN != m.LSN || p.Prev != m.Prev || p.Xid != m.Xid || p.Version != m.Version {
+			t.Errorf("part %d: position %q %d %d %d %q, want %q %d %d %d %q", i, p.Epoch, p.LSN, p.Prev, p.Xid, p.Version, m.Epoch, m.LSN, m.Prev, m.Xid, m.Version)
+		}
+		if len(parts) > 1 && (p.Part != i || p.Parts != len(parts)) {
+			t.Errorf("part %d: numbered %d of %d, want %d of %d", i, p.Part, p.Parts, i, len(parts))
+		}
+		last := i == len(parts)-1
+		if last && (p.Reread != m.Reread || !reflect.DeepEqual(p.Tags, m.Tags)) || !last && (p.Reread || p.Tags != nil) {
+			t.Errorf("part %d of %d: reread %v, tags %q; the transaction's: %v, %q (last part only)", i, len(parts), p.Reread, p.Tags, m.Reread, m.Tags)
+		}
+		n := 0
+		for _, k := range slices.Concat(p.Creates, p.Deletes) {
+			n += len(k) + 4
+		}
+		if n > limit && len(p.Creates)+len(p.Deletes) > 1 {
+			t.Errorf("part %d: %d bytes of keys in %d keys, over the limit %d", i, n, len(p.Creates)+len(p.Deletes), limit)
+		}
+		if len(parts) > 1 && len(p.Creates)+len(p.Deletes) == 0 {
+			t.Errorf("part %d of %d holds no key", i, len(parts))
+		}
+		creates, deletes = append(creates, p.Creates...), append(deletes, p.Deletes...)
+	}
+	if !slices.Equal(creates, m.Creates) || !slices.Equal(deletes, m.Deletes) {
+		t.Errorf("the parts create %q and delete %q, want %q and %q", creates, deletes, m.Creates, m.Deletes)
+	}
+}
+
+// FuzzDecodeTx feeds decodeTx what a stream could hold: it never panics,
+// refuses a message without an epoch or with a part out of range, and a
+// message it accepts encodes and decodes to itself.
+func FuzzDecodeTx(f *testing.F) {
+	for _, m := range []txMsg{
+		{Epoch: "e", LSN: 1, Prev: 0},
+		{Epoch: "e", LSN: 2, Prev: 1, Xid: 9, Part: 1, Parts: 3, Creates: []string{"a"}, Deletes: []string{"b"}},
+		{Epoch: "e", Reset: true, Reread: true, Version: "v", Tags: [][]byte{{0, 1, 2}}},
+	} {
+		b, err := m.encode()
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte(`{"e":"x","i":2,"n":2}`))
+	f.Add([]byte(`{"e":"","l":1}`))
+	f.Add([]byte(`{"e":"x","n":-1}`))
+	f.Add([]byte(`{"e":"x","l":18446744073709551615,"g":["AAE="]}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := decodeTx(b)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "fanout: decode a transaction message: ") {
+				t.Errorf("error %q does not say what failed", err)
+			}
+			return
+		}
+		if m.Epoch == "" || m.Part < 0 || m.Parts < 0 || m.Parts > 0 && m.Part >= m.Parts {
+			t.Fatalf("accepted %+v", m)
+		}
+		again, err := m.encode()
+		if err != nil {
+			t.Fatalf("encode %+v: %v", m, err)
+		}
+		m2, err := decodeTx(again)
+		if err != nil {
+			t.Fatalf("decode of %s: %v", again, err)
+		}
+		if !reflect.DeepEqual(normalize(m), normalize(m2)) {
+			t.Errorf("decode(encode(%+v)) = %+v", m, m2)
+		}
+	})
+}
+
+// normalize makes empty and nil slices equal, as JSON's omitempty does.
+func normalize(m txMsg) txMsg {
+	if len(m.Creates) == 0 {
+		m.Creates = nil
+	}
+	if len(m.Deletes) == 0 {
+		m.Deletes = nil
+	}
+	if len(m.Tags) == 0 {
+		m.Tags = nil
+	}
+	for i, g := range m.Tags {
+		if len(g) == 0 {
+			m.Tags[i] = nil
+		}
+	}
+	return m
+}
+
+// FuzzSplit splits transactions made of fuzzed keys under fuzzed limits
+// and checks every part (checkSplit); keys are the fuzz input cut at 0
+// bytes, the first half creates and the rest deletes.
+func FuzzSplit(f *testing.F) {
+	f.Add([]byte("a\x00bb\x00ccc\x00dddd"), uint16(8), true)
+	f.Add([]byte(""), uint16(1), false)
+	f.Add([]byte(strings.Repeat("key\x00", 100)), uint16(30), false)
+	f.Add([]byte("a-very-long-key-over-the-limit\x00b"), uint16(5), true)
+	f.Fuzz(func(t *testing.T, b []byte, limit uint16, reread bool) {
+		if limit == 0 {
+			limit = 1
+		}
+		var keys []string
+		if len(b) > 0 {
+			keys = strings.Split(string(b), "\x00")
+		}
+		h := len(keys) / 2
+		m := txMsg{Epoch: "e", LSN: 5, Prev: 4, Xid: 3, Version: "v", Reread: reread,
+			Creates: keys[:h:h], Deletes: keys[h:]}
+		if reread {
+			m.Tags = [][]byte{[]byte("t")}
+		}
+		if len(m.Creates) == 0 {
+			m.Creates = nil
+		}
+		if len(m.Deletes) == 0 {
+			m.Deletes = nil
+		}
+		parts := split(m, int(limit))
+		checkSplit(t, m, int(limit), parts)
+		for _, p := range parts {
+			enc, err := json.Marshal(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := decodeTx(enc); err != nil {
+				t.Errorf("part %s does not decode: %v", enc, err)
+			}
+		}
+	})
+}
