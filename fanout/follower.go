@@ -198,7 +198,6 @@ const (
 	readReread   = "reread"    // a TRUNCATE, or a transaction bigger than the relay holds back
 	readGap      = "gap"       // messages are missing from the stream
 	readRequest  = "requested" // the Loader asked for a fresh guard
-	failDead     = "dead"      // nothing came back within the deadline
 	failDatabase = "database"  // the database connection failed
 	failStream   = "stream"    // the stream or its consumer failed
 	failSetup    = "setup"     // the table or the stream cannot be found
@@ -213,10 +212,9 @@ const (
 var ReadReasons = []string{readStart, readReset, readReread, readGap, readRequest}
 
 // FailureReasons lists the keys of Stats.Failures: what ended a Follower's
-// session. "dead" (nothing came back within the heartbeat deadline),
-// "database" (the database connection failed), "stream" (the stream or
+// session: "database" (the database connection failed), "stream" (the stream or
 // its consumer failed), "setup" (the table or the stream cannot be found).
-var FailureReasons = []string{failDead, failDatabase, failStream, failSetup}
+var FailureReasons = []string{failDatabase, failStream, failSetup}
 
 // Run follows until ctx ends and returns ctx.Err(), reconnecting with
 // backoff after a failed session. The Loader passes every lookup through

@@ -81,7 +81,7 @@ func NewFollowerCollector(f FollowerStatser, opts ...metrics.Option) prometheus.
 		c.Add(reads, func(s *S) float64 { return float64(s.Reads[r]) }, r)
 	}
 	failures := collect.Metric{Subsystem: sub, Name: "session_failures_total", Type: prometheus.CounterValue, Labels: []string{"reason"},
-		Help: `Follower sessions that ended in an error, by what ended them: "dead" (nothing came back within the heartbeat deadline), "database", "stream" (the stream or its consumer), "setup" (the table or the stream cannot be found).`}
+		Help: `Follower sessions that ended in an error, by what ended them: "database", "stream" (the stream or its consumer), "setup" (the table or the stream cannot be found).`}
 	for _, r := range fanout.FailureReasons {
 		c.Add(failures, func(s *S) float64 { return float64(s.Failures[r]) }, r)
 	}

@@ -39,7 +39,7 @@ func TestCollectors(t *testing.T) {
 		State: postgres.Behind, Lag: 250 * time.Millisecond, CurrentAsOf: asOf,
 		Applied: 1234, Skipped: 17, Seq: 99,
 		Reads:          map[string]int64{"start": 1, "gap": 2},
-		Failures:       map[string]int64{"stream": 3, "dead": 1},
+		Failures:       map[string]int64{"stream": 3, "database": 1},
 		SnapshotStarts: 4, SnapshotsSaved: 5,
 	}}
 	r := &fixedRelay{fanout.RelayStats{Leading: true, Terms: 2, Published: 5000, Resets: 1,
