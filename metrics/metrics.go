@@ -56,8 +56,6 @@
 package metrics
 
 import (
-	"reflect"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cuckooguard/cuckooguard/guard"
@@ -109,7 +107,7 @@ func Apply(opts []Option) Settings {
 // newCollector returns an empty collector of stats, made by constructor
 // with opts. It panics at once if what it watches is nil (see Apply).
 func newCollector[S any](constructor string, watched any, stats func() S, opts []Option) *collect.Collector[S] {
-	if watched == nil || reflect.ValueOf(watched).Kind() == reflect.Pointer && reflect.ValueOf(watched).IsNil() {
+	if collect.IsNil(watched) {
 		panic("metrics: " + constructor + ": nothing to watch (nil)")
 	}
 	s := Apply(opts)

@@ -33,9 +33,6 @@
 package fanoutmetrics
 
 import (
-	"reflect"
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cuckooguard/cuckooguard/fanout"
@@ -56,7 +53,7 @@ type RelayStatser interface{ Stats() fanout.RelayStats }
 // cuckooguard_fanout_*. Register the collector of the follower's Loader
 // ([metrics.NewLoaderCollector]) next to it. It panics if f is nil.
 func NewFollowerCollector(f FollowerStatser, opts ...metrics.Option) prometheus.Collector {
-	if isNil(f) {
+	if collect.IsNil(f) {
 		panic("fanoutmetrics: NewFollowerCollector: nothing to watch (nil)")
 	}
 	s := metrics.Apply(opts)
@@ -93,7 +90,7 @@ func NewFollowerCollector(f FollowerStatser, opts ...metrics.Option) prometheus.
 			func(s *S) float64 { return float64(s.SnapshotsSaved) }).
 		Add(collect.Metric{Subsystem: sub, Name: "current_as_of_timestamp_seconds", Type: prometheus.GaugeValue,
 			Help: "Unix time before which every committed change has been applied; 0 if none has been confirmed yet."},
-			func(s *S) float64 { return timestamp(s.CurrentAsOf) })
+			func(s *S) float64 { return collect.Timestamp(s.CurrentAsOf) })
 	return c
 }
 
@@ -101,7 +98,7 @@ func NewFollowerCollector(f FollowerStatser, opts ...metrics.Option) prometheus.
 // metrics of r, the relay a process campaigns for (exported whether or not
 // it leads). It panics if r is nil.
 func NewRelayCollector(r RelayStatser, opts ...metrics.Option) prometheus.Collector {
-	if isNil(r) {
+	if collect.IsNil(r) {
 		panic("fanoutmetrics: NewRelayCollector: nothing to watch (nil)")
 	}
 	s := metrics.Apply(opts)
@@ -133,17 +130,4 @@ func NewRelayCollector(r RelayStatser, opts ...metrics.Option) prometheus.Collec
 			Help: "Committed transactions the relay passed on."},
 			func(s *S) float64 { return float64(s.Source.Commits) })
 	return c
-}
-
-// isNil reports whether v is nil or a nil pointer in an interface.
-func isNil(v any) bool {
-	return v == nil || reflect.ValueOf(v).Kind() == reflect.Pointer && reflect.ValueOf(v).IsNil()
-}
-
-// timestamp is t in Unix seconds, 0 for the zero time.
-func timestamp(t time.Time) float64 {
-	if t.IsZero() {
-		return 0
-	}
-	return float64(t.Unix()) + float64(t.Nanosecond())/1e9
 }

@@ -24,9 +24,6 @@
 package pgmetrics
 
 import (
-	"reflect"
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cuckooguard/cuckooguard/metrics"
@@ -46,7 +43,7 @@ var States = []postgres.State{postgres.PassThrough, postgres.Resyncing, postgres
 // metrics of f. Register the collector of the follower's Loader
 // ([metrics.NewLoaderCollector]) next to it.
 func NewFollowerCollector(f FollowerStatser, opts ...metrics.Option) prometheus.Collector {
-	if f == nil || reflect.ValueOf(f).Kind() == reflect.Pointer && reflect.ValueOf(f).IsNil() {
+	if collect.IsNil(f) {
 		panic("pgmetrics: NewFollowerCollector: nothing to watch (nil)")
 	}
 	s := metrics.Apply(opts)
@@ -60,12 +57,6 @@ func NewFollowerCollector(f FollowerStatser, opts ...metrics.Option) prometheus.
 	}
 	notifications := collect.Metric{Subsystem: sub, Name: "notifications_total", Type: prometheus.CounterValue, Labels: []string{"result"},
 		Help: `Change notifications by result: "applied", or "skipped" (this process's own inserts, or changes the last read already saw).`}
-	timestamp := func(t time.Time) float64 {
-		if t.IsZero() {
-			return 0
-		}
-		return float64(t.Unix()) + float64(t.Nanosecond())/1e9
-	}
 	c.Add(collect.Metric{Subsystem: sub, Name: "lag_seconds", Type: prometheus.GaugeValue,
 		Help: "Round trip of the last heartbeat through the database, or, if longer, how long nothing has confirmed the guard: the age of the oldest heartbeat not back yet, or the time since the last session ended."},
 		func(s *S) float64 { return s.Lag.Seconds() }).
@@ -85,10 +76,10 @@ func NewFollowerCollector(f FollowerStatser, opts ...metrics.Option) prometheus.
 			func(s *S) float64 { return float64(s.HeartbeatsLost) }).
 		Add(collect.Metric{Subsystem: sub, Name: "last_heartbeat_timestamp_seconds", Type: prometheus.GaugeValue,
 			Help: "Unix time at which the last heartbeat came back; 0 if none has."},
-			func(s *S) float64 { return timestamp(s.LastHeartbeat) }).
+			func(s *S) float64 { return collect.Timestamp(s.LastHeartbeat) }).
 		Add(collect.Metric{Subsystem: sub, Name: "last_applied_timestamp_seconds", Type: prometheus.GaugeValue,
 			Help: "Unix time at which the last notification was applied; 0 if none has been."},
-			func(s *S) float64 { return timestamp(s.LastApplied) })
+			func(s *S) float64 { return collect.Timestamp(s.LastApplied) })
 	c.Add(collect.Metric{Subsystem: sub, Name: "decoding_behind_bytes", Type: prometheus.GaugeValue,
 		Help: "While the follower's stream is silent because the server is still decoding WAL before the table's next change (a bulk load), the bytes of WAL it had yet to decode; 0 otherwise. The follower waits, behind, rather than reconnect and decode it again."},
 		func(s *S) float64 { return float64(s.DecodingBehind) }).

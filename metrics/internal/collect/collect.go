@@ -3,6 +3,9 @@
 package collect
 
 import (
+	"reflect"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -76,4 +79,18 @@ func Bool(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// IsNil reports whether v, the thing a collector would watch, is nil or a
+// nil pointer in an interface.
+func IsNil(v any) bool {
+	return v == nil || reflect.ValueOf(v).Kind() == reflect.Pointer && reflect.ValueOf(v).IsNil()
+}
+
+// Timestamp is t in Unix seconds, 0 for the zero time (never).
+func Timestamp(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.Unix()) + float64(t.Nanosecond())/1e9
 }
