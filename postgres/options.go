@@ -24,8 +24,10 @@ type config struct {
 	notify           bool
 	snapshotPath     string
 	snapshotInterval time.Duration
-	keyText          any    // func(K) string of the Follower's K; nil: keyTextOf
-	registry         string // the schema of cuckooguard_slots; "": the followed table's
+	keyText          any           // func(K) string of the Follower's K; nil: keyTextOf
+	registry         string        // the schema of cuckooguard_slots; "": the followed table's
+	takeover         bool          // a Source ends another connection's stream of its slot (WithSlotTakeover)
+	maxBackoff       time.Duration // a Source's longest wait (WithMaxBackoff); 0: MaxBackoff
 }
 
 // Defaults of the Follower options.

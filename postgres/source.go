@@ -55,6 +55,11 @@ type Source struct {
 	failures   atomic.Int64
 	commits    atomic.Int64
 	lastErr    atomic.Pointer[error]
+	takeover   bool
+	maxBackoff time.Duration
+	// visibilityWaits counts the snapshots that did not see a decoded
+	// commit yet (see visibility).
+	visibilityWaits atomic.Int64
 }
 
 // SourceStart is where a Source's stream starts, for [SourceHandler.Start].
@@ -74,6 +79,8 @@ type SourceStart struct {
 	// filter, an operation left out, the table dropped from it and added
 	// again): the relay's readers of that table must read it again.
 	Tables, Versions []string
+	// Database is the database the stream comes from.
+	Database Database
 }
 
 // SourceCommit is one committed transaction, for [SourceHandler.Commit].
@@ -129,8 +136,15 @@ type SourceHandler interface {
 // (unique among the relays of the database, the same across their
 // restarts). dsn is a postgres:// URL for a user with the REPLICATION
 // attribute; run [Publish] for each table first. Of the options,
-// [WithHeartbeat], [WithHeartbeatDeadline], [WithBackoff] and
-// [WithLogger] apply.
+// [WithHeartbeat], [WithHeartbeatDeadline], [WithBackoff],
+// [WithMaxBackoff], [WithLogger] and [WithSlotTakeover] apply.
+//
+// The handler gets a commit that changed a table only once it is visible
+// to new snapshots: a commit is decoded as soon as its record is flushed,
+// but a backend that waits for a synchronous standby keeps it invisible
+// until the standby answers, and the Source holds it, and everything after
+// it, back until then. A reader that learns of a commit from the handler's
+// output and then takes a snapshot sees the commit's rows.
 func NewSource(dsn, name string, tables []SourceTable, opts ...Option) (*Source, error) {
 	c := config{backoff: DefaultBackoff, heartbeat: DefaultHeartbeat, logger: discardLogger}
 	if err := options.Apply("postgres: NewSource", &c, opts); err != nil {
@@ -142,7 +156,9 @@ func NewSource(dsn, name string, tables []SourceTable, opts ...Option) (*Source,
 	switch {
 	case name == "" || len(tables) == 0:
 		return nil, errors.New("postgres: NewSource needs a name and at least one table")
-	case c.backoff <= 0 || c.backoff > MaxBackoff || c.heartbeat <= 0 || c.deadline <= c.heartbeat:
+	case c.maxBackoff < 0 || c.maxBackoff > MaxBackoff:
+		return nil, fmt.Errorf("postgres: NewSource: WithMaxBackoff %v is not in (0, %v]", c.maxBackoff, MaxBackoff)
+	case c.backoff <= 0 || c.backoff > cmp.Or(c.maxBackoff, MaxBackoff) || c.heartbeat <= 0 || c.deadline <= c.heartbeat:
 		return nil, fmt.Errorf("postgres: NewSource: backoff %v must be in (0, %v], heartbeat %v positive, and the deadline %v longer than the heartbeat",
 			c.backoff, MaxBackoff, c.heartbeat, c.deadline)
 	case c.logger == nil:
@@ -158,10 +174,31 @@ func NewSource(dsn, name string, tables []SourceTable, opts ...Option) (*Source,
 		return nil, fmt.Errorf("postgres: source: %w", err)
 	}
 	return &Source{dial: dialer{conf: conf, who: "relay", origin: name, timeout: c.deadline},
-		tables: append([]SourceTable(nil), tables...), slot: relaySlotName(name),
+		tables: append([]SourceTable(nil), tables...), slot: relaySlotName(name), takeover: c.takeover, maxBackoff: cmp.Or(c.maxBackoff, MaxBackoff),
 		heartbeat: c.heartbeat, deadline: c.deadline, backoff: c.backoff,
 		log: c.logger.With(slog.Group("cuckooguard", slog.String("relay", name)))}, nil
 }
+
+// WithSlotTakeover makes a [Source] end the connection that streams its
+// slot, if another one does when a session starts, instead of failing and
+// trying again: for a caller that holds a lease on the slot (the fanout
+// relay), whose previous holder may hang with the slot's walsender open
+// (a stopped process, a long pause) after its lease lapsed.
+func WithSlotTakeover() Option {
+	return func(c *config) { c.takeover = true }
+}
+
+// WithMaxBackoff sets the longest wait of a [Source] between failed
+// sessions, in (0, [MaxBackoff]] (default MaxBackoff): a relay whose
+// sessions fail because its broker is away sets it short, to stream again
+// soon after the broker is back.
+func WithMaxBackoff(d time.Duration) Option {
+	return func(c *config) { c.maxBackoff = d }
+}
+
+// SlotName returns the name of the replication slot of the Source named
+// name (see NewSource): for tools that list or drop relay slots.
+func SlotName(name string) string { return relaySlotName(name) }
 
 // relaySlotName returns the name of the slot of the Source named name:
 // "cg_relay_" and the name in lower case, "_" for anything but letters,
@@ -206,12 +243,15 @@ type SourceStats struct {
 	Commits   int64         // commits passed to the handler
 	Confirmed pglogrepl.LSN // what the handler confirmed
 	LastError error         // of the last failed session
+	// VisibilityWaits counts the times a decoded commit was not visible to
+	// a new snapshot yet, and the Source waited before passing it on.
+	VisibilityWaits int64
 }
 
 // Stats returns the Source's statistics.
 func (s *Source) Stats() SourceStats {
 	st := SourceStats{Streaming: State(s.state.Load()) == Following, Sessions: s.sessions.Load(), Failures: s.failures.Load(),
-		Commits: s.commits.Load(), Confirmed: pglogrepl.LSN(s.acked.Load())}
+		Commits: s.commits.Load(), Confirmed: pglogrepl.LSN(s.acked.Load()), VisibilityWaits: s.visibilityWaits.Load()}
 	if e := s.lastErr.Load(); e != nil {
 		st.LastError = *e
 	}
@@ -227,7 +267,7 @@ func (s *Source) Run(ctx context.Context, h SourceHandler) error {
 	if ctx == nil || h == nil {
 		return errors.New("postgres: Source.Run needs a context and a handler")
 	}
-	b := newBackoff(s.backoff, MaxBackoff)
+	b := newBackoff(s.backoff, s.maxBackoff)
 	var logged Reason
 	for first := true; ; first = false {
 		streamed, err := s.session(ctx, h)

@@ -30,6 +30,15 @@ func (s *Source) session(ctx context.Context, h SourceHandler) (streamed time.Du
 	if err != nil {
 		return 0, err
 	}
+	db, err := IdentifyDatabase(ctx, sender)
+	if err != nil {
+		return 0, failed(reasonFor(err, ReasonConnectionLost), err)
+	}
+	checker, err := s.dial.connect(ctx, "check")
+	if err != nil {
+		return 0, err
+	}
+	defer checker.Close(context.WithoutCancel(ctx))
 	rc, err := s.dial.connectStream(ctx)
 	if err != nil {
 		return 0, err
@@ -39,6 +48,7 @@ func (s *Source) session(ctx context.Context, h SourceHandler) (streamed time.Du
 	if err != nil {
 		return 0, err
 	}
+	start.Database = db
 	var pubs []string
 	for _, r := range rels {
 		pubs = append(pubs, pgx.Identifier{publicationName(r.schema, r.name)}.Sanitize())
@@ -57,7 +67,7 @@ func (s *Source) session(ctx context.Context, h SourceHandler) (streamed time.Du
 	s.sessions.Add(1)
 	s.state.Store(int32(Following))
 	began := time.Now()
-	err = s.stream(ctx, sender, rc, h, rels, versions, start.LSN)
+	err = s.stream(ctx, sender, rc, h, rels, versions, start.LSN, &visibility{s: s, conn: checker})
 	return time.Since(began), err
 }
 
@@ -107,7 +117,7 @@ func (s *Source) startPoint(ctx context.Context, sender *pgx.Conn, rc *pgconn.Pg
 	if err != nil {
 		return start, failed(ReasonSlot, err)
 	}
-	if st.active && s.lastStream != 0 && st.activePID == int64(s.lastStream) {
+	if st.active && (s.takeover || s.lastStream != 0 && st.activePID == int64(s.lastStream)) {
 		if err := releaseSlot(ctx, sender, s.slot, st.activePID, s.deadline); err != nil {
 			return start, failed(ReasonSlot, err)
 		}
@@ -141,14 +151,14 @@ func (s *Source) startPoint(ctx context.Context, sender *pgx.Conn, rc *pgconn.Pg
 }
 
 // stream passes on the session's stream until it fails or ctx ends.
-func (s *Source) stream(ctx context.Context, sender *pgx.Conn, rc *pgconn.PgConn, h SourceHandler, rels []relation, versions []string, from pglogrepl.LSN) error {
+func (s *Source) stream(ctx context.Context, sender *pgx.Conn, rc *pgconn.PgConn, h SourceHandler, rels []relation, versions []string, from pglogrepl.LSN, vis *visibility) error {
 	tables := make([]decodedTable, len(rels))
 	for i, r := range rels {
 		tables[i] = decodedTable{schema: r.schema, rel: r.name, key: s.tables[i].Key}
 	}
 	dec := newDecoder(tables...)
 	beats := &sourceBeats{versions: strings.Join(versions, "|")}
-	sink := &sourceSink{s: s, ctx: ctx, h: h, token: newSourceToken(), beats: beats, need: from, free: from, partial: make([]bool, len(rels))}
+	sink := &sourceSink{s: s, ctx: ctx, h: h, token: newSourceToken(), beats: beats, need: from, free: from, partial: make([]bool, len(rels)), vis: vis}
 	loopCtx, end := context.WithCancelCause(ctx)
 	defer end(nil)
 	send := make(chan int64, 1)

@@ -24,6 +24,7 @@ type sourceSink struct {
 	need     pglogrepl.LSN // the last commit passed to the handler: it must confirm up to it
 	free     pglogrepl.LSN // a position before which nothing waits for the handler
 	partial  []bool        // per table: the open transaction's creations were dropped (spill)
+	vis      *visibility
 }
 
 func (k *sourceSink) commit(t *txn) error {
@@ -37,6 +38,17 @@ func (k *sourceSink) commit(t *txn) error {
 		return nil
 	}
 	k.c = SourceCommit{LSN: t.end, Xid: t.xid, Tables: k.c.Tables[:0], Tags: t.tags, Controls: k.controls}
+	changed := t.overflow
+	for i := range t.tables {
+		changed = changed || t.tables[i].touched() || k.partial[i]
+	}
+	// A commit that changed a table goes on once it is visible (see
+	// visibility); one that carries only control messages changed no row.
+	if changed && k.vis != nil {
+		if err := k.vis.wait(k.ctx, t.xid); err != nil {
+			return err
+		}
+	}
 	for i := range t.tables {
 		tt := &t.tables[i]
 		incomplete := k.partial[i] || t.overflow
