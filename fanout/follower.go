@@ -20,35 +20,43 @@ import (
 )
 
 // Follower keeps a Loader (a postgres.Target, such as a
-// *guarded.Loader) in step with a table from the relay's JetStream stream
+// *guarded.Loader) in step with a table from its relay's JetStream stream
 // rather than from the database: it reads the table's subject in stream
 // order, applies each committed change once (the creations less the keys
 // its own transactions tagged, then the deletions), and passes the
 // Loader's lookups through whenever it cannot know what it misses.
 //
 // It starts from the newest guard saved in the object store with the
-// stream sequence it reflects ([WithSnapshots]), reading nothing from the
-// table, or, without one, reads the table under a snapshot and skips the
-// transactions that snapshot saw. It finds gaps: every transaction names
-// the one before it in the table's epoch, so a purged stream, a deleted
-// consumer or lost messages end "following" and lead to a read of the
-// table, never to a hole. A reset from the relay (its slot made anew, the
-// table's publication changed, a TRUNCATE) leads to a read too.
+// place in the stream it reflects ([WithSnapshots]), reading nothing from
+// the table, or, without one, reads the table under a snapshot and skips
+// the transactions that snapshot saw. Continuity is proven, never assumed:
+// it resumes only in the same instance of the stream (one deleted and made
+// again is another), only where the stream still holds every message after
+// its place, and every transaction and heartbeat names the transaction
+// before it in the table's epoch, so a purged or aged-out stream, a
+// consumer that skipped messages, a stream of another database or a reset
+// from the relay end "following" and lead to a read of the table, never
+// to a hole. It ignores what a relay of an older lease term publishes once
+// it has seen a newer one.
 //
 // Its heartbeats go through the database as logical decoding messages,
 // which the relay passes on to the table's subject: the lag is measured
-// from the database through the relay and the stream. Until its first
-// marker is back, and whenever its lag passes the max lag, the Loader
-// passes every lookup through.
+// from the database through the relay and the stream, on this process's
+// clock, whether messages arrive or not. Until its first marker is back,
+// whenever its lag passes the max lag, and at once when its NATS or
+// database connection closes, the Loader passes every lookup through.
 //
 // The Follower needs a connection to the database for its heartbeats and
-// for a read of the table; it never holds a replication slot.
+// for a read of the table; it never holds a replication slot. It is safe
+// for concurrent use by multiple goroutines; Run is called once at a time.
 type Follower[K comparable] struct {
 	loader postgres.Target[K]
 	js     jetstream.JetStream
+	nc     *nats.Conn
 	conf   *pgx.ConnConfig
 	table  string
 	key    string
+	relay  string // Token of the relay's name
 	parse  func(string) (K, error)
 	tags   *postgres.Tagger[K]
 	c      config
@@ -56,15 +64,19 @@ type Follower[K comparable] struct {
 	// Run's goroutine only.
 	feed    *guarded.Feed[K]
 	pos     position
-	pending string // why the next session reads the table; "" if it may resume
+	db      postgres.Database // of the first session: a later one of another is refused
+	pending string            // why the next session reads the table; "" if it may resume
+	down    string            // what ended the sessions since it last followed; "" while all is well
 
 	state       atomic.Int32
 	applied     atomic.Int64
 	skipped     atomic.Int64
+	fenced      atomic.Int64 // messages of an older relay term, ignored
 	rtt         atomic.Int64 // nanoseconds
 	unconfirmed atomic.Int64 // unix nanoseconds since nothing confirms the guard; 0: all confirmed
 	currentAsOf atomic.Int64 // unix nanoseconds: every change committed before it has been applied
 	seq         atomic.Uint64
+	backlog     atomic.Uint64 // messages the consumer had yet to deliver, at the last one
 	saved       atomic.Int64
 	restored    atomic.Int64
 	mu          sync.Mutex // protects the maps and lastErr
@@ -76,9 +88,7 @@ type Follower[K comparable] struct {
 // position is where a Follower stands in the stream.
 type position struct {
 	valid bool
-	seq   uint64 // the last message applied (or passed by), by stream sequence
-	epoch string // of the table's last transaction applied
-	lsn   uint64 // its LSN: the next one names it as Prev
+	mark
 	// skip is the snapshot of the last read of the table, until the
 	// session's marker is back: the transactions it saw are in the read,
 	// and are skipped.
@@ -86,24 +96,31 @@ type position struct {
 }
 
 // NewFollower returns a Follower that keeps loader in step with table's
-// keyColumn, parsed with parse from their text form, through the relay's
-// stream on nc; dsn is the database's postgres:// URL, for heartbeats and
-// reads of the table (no replication needed). Of the options, all but
-// WithStreamReplicas and WithMaxAge apply.
+// keyColumn, parsed with parse from their text form, through the stream
+// of the relay named by [WithRelay] (required) on nc; dsn is the
+// database's postgres:// URL, for heartbeats and reads of the table (no
+// replication needed). Of the options, all but WithStreamReplicas and
+// WithMaxAge apply.
 func NewFollower[K comparable](loader postgres.Target[K], nc *nats.Conn, dsn, table, keyColumn string, parse func(string) (K, error), opts ...Option) (*Follower[K], error) {
 	c := defaults()
 	if err := options.Apply("fanout: NewFollower", &c, opts); err != nil {
 		return nil, err
 	}
-	c.deadline = cmp.Or(c.deadline, 3*c.heartbeat)
-	c.maxLag = cmp.Or(c.maxLag, 2*c.heartbeat)
+	explicit := c.heartbeat != 0
+	c.heartbeat = cmp.Or(c.heartbeat, DefaultHeartbeat)
+	c.deadline = cmp.Or(c.deadline, max(3*c.heartbeat, DefaultFollowerDeadline))
+	if explicit {
+		c.maxLag = cmp.Or(c.maxLag, c.heartbeat*3/2)
+	}
+	c.maxLag = cmp.Or(c.maxLag, DefaultMaxLag)
 	switch {
 	case loader == nil || nc == nil || parse == nil || table == "" || keyColumn == "":
 		return nil, errors.New("fanout: NewFollower needs a loader, a NATS connection, a table, a key column and a parse function")
-	case c.heartbeat <= 0 || c.deadline <= c.heartbeat || c.maxLag <= 0 || c.backoff <= 0:
-		return nil, fmt.Errorf("fanout: heartbeat %v, max lag %v and backoff %v must be positive, and the deadline %v longer than the heartbeat", c.heartbeat, c.maxLag, c.backoff, c.deadline)
-	case c.logger == nil:
-		return nil, errors.New("fanout: WithLogger needs a logger")
+	case c.relay == "":
+		return nil, errors.New("fanout: NewFollower needs the relay's name (WithRelay, the name given to NewRelay)")
+	}
+	if err := c.check("fanout: NewFollower"); err != nil {
+		return nil, err
 	}
 	var text func(K) string
 	if c.keyText != nil {
@@ -129,9 +146,9 @@ func NewFollower[K comparable](loader postgres.Target[K], nc *nats.Conn, dsn, ta
 	if err != nil {
 		return nil, fmt.Errorf("fanout: %w", err)
 	}
-	c.logger = c.logger.With(slog.Group("cuckooguard", slog.String("table", table)))
-	return &Follower[K]{loader: loader, js: js, conf: conf, table: table, key: keyColumn, parse: parse, tags: tags, c: c,
-		reads: map[string]int64{}, failures: map[string]int64{}}, nil
+	c.logger = c.logger.With(slog.Group("cuckooguard", slog.String("table", table), slog.String("relay", c.relay)))
+	return &Follower[K]{loader: loader, js: js, nc: nc, conf: conf, table: table, key: keyColumn, relay: Token(c.relay), parse: parse,
+		tags: tags, c: c, reads: map[string]int64{}, failures: map[string]int64{}}, nil
 }
 
 // Tag names, in transaction tx, the keys it creates on behalf of this
@@ -152,7 +169,9 @@ type Stats struct {
 	CurrentAsOf    time.Time        // every change committed before it has been applied
 	Applied        int64            // changes applied
 	Skipped        int64            // own inserts, and transactions the last read saw
+	Fenced         int64            // messages of a relay whose lease lapsed, ignored
 	Seq            uint64           // the stream sequence of the last message applied
+	Pending        uint64           // messages of the table the stream held for it beyond the last one delivered
 	Reads          map[string]int64 // reads of the table, by why
 	Failures       map[string]int64 // sessions that ended in an error, by what ended them
 	SnapshotStarts int64            // starts from a saved guard
@@ -165,8 +184,8 @@ func (f *Follower[K]) Stats() Stats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	st := Stats{State: postgres.State(f.state.Load()), Lag: f.lagAt(time.Now()), Applied: f.applied.Load(), Skipped: f.skipped.Load(),
-		Seq: f.seq.Load(), Reads: map[string]int64{}, Failures: map[string]int64{}, SnapshotStarts: f.restored.Load(),
-		SnapshotsSaved: f.saved.Load(), LastError: f.lastErr}
+		Fenced: f.fenced.Load(), Seq: f.seq.Load(), Pending: f.backlog.Load(), Reads: map[string]int64{}, Failures: map[string]int64{},
+		SnapshotStarts: f.restored.Load(), SnapshotsSaved: f.saved.Load(), LastError: f.lastErr}
 	for k, v := range f.reads {
 		st.Reads[k] = v
 	}
@@ -197,28 +216,36 @@ const (
 	readReset    = "reset"     // the relay reset the table
 	readReread   = "reread"    // a TRUNCATE, or a transaction bigger than the relay holds back
 	readGap      = "gap"       // messages are missing from the stream
+	readStream   = "stream"    // the stream is another instance (deleted and made again), or of another database
 	readRequest  = "requested" // the Loader asked for a fresh guard
 	failDatabase = "database"  // the database connection failed
 	failStream   = "stream"    // the stream or its consumer failed
+	failNATS     = "nats"      // the NATS connection is down
 	failSetup    = "setup"     // the table or the stream cannot be found
 )
 
 // ReadReasons lists the keys of Stats.Reads: why a Follower read its table
 // again. "start" (no saved guard to start from) and "requested" (the
 // Loader asked) are routine; "reset" (the relay reset the table), "reread"
-// (a TRUNCATE, or a transaction bigger than the relay holds back) and
-// "gap" (messages missing from the stream) are worth a look when they
-// repeat. Collectors use it to export every reason from the first scrape.
-var ReadReasons = []string{readStart, readReset, readReread, readGap, readRequest}
+// (a TRUNCATE, or a transaction bigger than the relay holds back), "gap"
+// (messages missing from the stream) and "stream" (the stream was deleted
+// and made again) are worth a look when they repeat. Collectors use it to
+// export every reason from the first scrape.
+var ReadReasons = []string{readStart, readReset, readReread, readGap, readStream, readRequest}
 
 // FailureReasons lists the keys of Stats.Failures: what ended a Follower's
-// session: "database" (the database connection failed), "stream" (the stream or
-// its consumer failed), "setup" (the table or the stream cannot be found).
-var FailureReasons = []string{failDatabase, failStream, failSetup}
+// session: "database" (the database connection failed), "stream" (the
+// stream or its consumer failed), "nats" (the NATS connection went down),
+// "setup" (the table or the stream cannot be found).
+var FailureReasons = []string{failDatabase, failStream, failNATS, failSetup}
 
-// Run follows until ctx ends and returns ctx.Err(), reconnecting with
-// backoff after a failed session. The Loader passes every lookup through
-// until the first session's marker is back, and after Run returns.
+// maxFollowerBackoff is the longest a Follower waits between sessions.
+const maxFollowerBackoff = 2 * time.Second
+
+// Run follows until ctx ends and returns ctx.Err(), promptly whatever the
+// database or the broker does, reconnecting with backoff (up to 2 s) after
+// a failed session. The Loader passes every lookup through until the
+// first session's marker is back, and after Run returns.
 func (f *Follower[K]) Run(ctx context.Context) error {
 	if ctx == nil {
 		return errors.New("fanout: Follower.Run: ctx is nil")
@@ -246,15 +273,19 @@ func (f *Follower[K]) Run(ctx context.Context) error {
 			f.pos.valid = false
 			continue // at once: the stream works, the table must be read
 		}
+		reason := failureOf(err)
 		f.mu.Lock()
-		f.failures[failureOf(err)]++
+		f.failures[reason]++
 		f.lastErr = err
 		f.mu.Unlock()
 		if followed > f.c.deadline {
 			delay = f.c.backoff
 		}
-		f.c.logger.LogAttrs(ctx, slog.LevelWarn, "cuckooguard: fanout follower session failed; lookups pass through until it follows again",
-			slog.String("reason", failureOf(err)), slog.Any("error", err), slog.Duration("retry_in", delay))
+		if reason != f.down {
+			f.down = reason
+			f.c.logger.LogAttrs(ctx, slog.LevelWarn, "cuckooguard: fanout follower session failed; lookups pass through until it follows again",
+				slog.String("reason", reason), slog.Any("error", err), slog.Duration("retry_in", delay))
+		}
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
@@ -262,7 +293,7 @@ func (f *Follower[K]) Run(ctx context.Context) error {
 			return ctx.Err()
 		case <-t.C:
 		}
-		delay = min(2*delay, 30*time.Second)
+		delay = min(2*delay, maxFollowerBackoff)
 	}
 }
 

@@ -30,7 +30,7 @@ type env struct {
 	dsn    string // with search_path set to the schema
 	nc     *nats.Conn
 	opts   []Option // the stream, prefix and bucket of the test
-	relays []string // relay names, whose slots go at the end
+	relays []string // relay names, whose slots go at the end; followers follow the last
 	tables []string
 	id     string
 }
@@ -93,8 +93,24 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
+// testLogger logs to the test's log with CUCKOOGUARD_TEST_LOG set, else
+// nowhere.
+func testLogger(t *testing.T) *slog.Logger {
+	if os.Getenv("CUCKOOGUARD_TEST_LOG") == "" {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(b), "\n"))
+	return len(b), nil
+}
+
 // relaySlot returns the slot of relay name (postgres.NewSource's).
-func relaySlot(name string) string { return "cg_relay_" + strings.ToLower(name) }
+func relaySlot(name string) string { return postgres.SlotName(name) }
 
 // exec runs each statement on a connection of its own: another process's
 // writes.
@@ -137,7 +153,7 @@ func (e *env) startRelay(t *testing.T, name string, tables ...string) (*Relay, f
 	for _, tb := range tables {
 		st = append(st, postgres.SourceTable{Table: tb, Key: "id"})
 	}
-	r, err := NewRelay(e.dsn, name, e.nc, st, append([]Option{WithHeartbeat(50 * time.Millisecond), WithBackoff(20 * time.Millisecond)}, e.opts...)...)
+	r, err := NewRelay(e.dsn, name, e.nc, st, append([]Option{WithHeartbeat(50 * time.Millisecond), WithBackoff(20 * time.Millisecond), WithLogger(testLogger(t))}, e.opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +215,11 @@ func (e *env) startNodeOn(t *testing.T, nc *nats.Conn, id, table string, opts ..
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts = append(append([]Option{WithOrigin(id), WithHeartbeat(50 * time.Millisecond), WithBackoff(20 * time.Millisecond)}, e.opts...), opts...)
+	base := []Option{WithOrigin(id), WithHeartbeat(50 * time.Millisecond), WithBackoff(20 * time.Millisecond)}
+	if len(e.relays) > 0 {
+		base = append(base, WithRelay(e.relays[len(e.relays)-1]))
+	}
+	opts = append(append(base, e.opts...), opts...)
 	f, err := NewFollower(l, nc, e.dsn, table, "id", func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }, opts...)
 	if err != nil {
 		t.Fatal(err)

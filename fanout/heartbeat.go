@@ -1,13 +1,36 @@
 package fanout
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cuckooguard/cuckooguard/postgres"
 )
+
+// followed returns how long the session followed, at now.
+func (s *fsession[K]) followed(now time.Time) time.Duration {
+	if s.since.IsZero() {
+		return 0
+	}
+	return now.Sub(s.since)
+}
+
+// wake returns how long until the session must look at its heartbeats:
+// the next one is due, or the oldest one out makes the lag pass the max
+// lag. The session's loop wakes then whether a message comes or not.
+func (s *fsession[K]) wake(now time.Time) time.Duration {
+	w := s.next
+	if len(s.out) > 0 && postgres.State(s.f.state.Load()) == postgres.Following {
+		if t := s.out[0].sent.Add(s.f.c.maxLag + time.Millisecond); t.After(now) && t.Before(w) {
+			w = t
+		}
+	}
+	return w.Sub(now)
+}
 
 // control handles a marker or heartbeat that came back at now.
 func (s *fsession[K]) control(payload string, now time.Time) {
@@ -27,6 +50,11 @@ func (s *fsession[K]) control(payload string, now time.Time) {
 		f.feed.MarkReady()
 		f.state.Store(int32(postgres.Following))
 		s.since = now
+		if f.down != "" {
+			f.c.logger.LogAttrs(context.Background(), slog.LevelInfo, "cuckooguard: fanout follower follows again",
+				slog.String("after", f.down))
+			f.down = ""
+		}
 	case "H":
 		token, seqText, _ := strings.Cut(rest, "-")
 		seq, err := strconv.ParseInt(seqText, 10, 64)
@@ -56,8 +84,9 @@ func (s *fsession[K]) oldestOut() int64 {
 
 // tick sends the next heartbeat when it is due and moves between
 // Following and Behind by the lag. A follower whose heartbeats do not come
-// back (a relay that is down, or taking over) passes through; it does not
-// reconnect: its consumer tells it when the stream fails.
+// back (a relay that is down, or taking over; a stream or a broker that
+// stalls) passes through; it does not reconnect for that: its consumer,
+// and its connections, tell it when they fail.
 func (s *fsession[K]) tick(now time.Time) {
 	f := s.f
 	if !now.Before(s.next) {

@@ -109,7 +109,7 @@ func (e *env) startFleet(t *testing.T, mode string, n int) *fleet {
 		if mode == "relay" {
 			// Snapshots saved by the relay's replica, once a minute: the
 			// deployment the README suggests.
-			opts := append(slices.Clone(e.opts), WithOrigin(fmt.Sprintf("m%d", i)), WithSnapshots(e.bucket(), time.Minute, relay.Leading))
+			opts := append(slices.Clone(e.opts), WithOrigin(fmt.Sprintf("m%d", i)), WithRelay("measure"), WithSnapshots(e.bucket(), time.Minute, relay.Leading))
 			f, err := NewFollower(l, e.nc, e.dsn, "users", "id", parse, opts...)
 			if err != nil {
 				t.Fatal(err)

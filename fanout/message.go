@@ -7,32 +7,23 @@ import (
 	"strings"
 )
 
-// The stream's subjects, under a prefix (WithSubjectPrefix, default
-// "cuckooguard"), for a table the server resolves as schema.table:
-//
-//	<prefix>.<token>.tx   the table's committed transactions (txMsg, JSON)
-//	<prefix>.<token>.ctl  the markers and heartbeats of its followers, as they sent them
-//
-// token is Token(schema.table). A follower consumes <prefix>.<token>.> in
-// stream order: a heartbeat comes after every transaction the relay
-// published before it, which committed before it.
-
-// Token returns the subject token of a table, as "schema.table": its
-// letters, digits, "_" and "-", the rest "_", and a hash of the whole name
-// (names that differ only in what was replaced stay apart).
-func Token(table string) string {
+// Token returns the subject token of a name (a table, as "schema.table",
+// or a relay's name): its letters, digits, "_" and "-", the rest "_", and a
+// hash of the whole name (names that differ only in what was replaced stay
+// apart).
+func Token(name string) string {
 	clean := strings.Map(func(r rune) rune {
 		switch {
 		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '-':
 			return r
 		}
 		return '_'
-	}, table)
+	}, name)
 	if len(clean) > 64 {
 		clean = clean[:64]
 	}
 	h := fnv.New32a()
-	h.Write([]byte(table))
+	h.Write([]byte(name))
 	return fmt.Sprintf("%s_%08x", clean, h.Sum32())
 }
 
@@ -42,6 +33,11 @@ type txMsg struct {
 	// one. Within an epoch each transaction's Prev is the LSN of the one
 	// before it: a reader that finds another has missed messages.
 	Epoch string `json:"e"`
+	// Term is the term of the relay's lease it was published under: a
+	// reader ignores what a relay of an older term publishes once it has
+	// seen a newer one (a relay that hung, lost its lease and woke up).
+	Term  uint64 `json:"t,omitempty"`
+	DB    string `json:"db"`          // postgres.Database.Token of the database it comes from
 	LSN   uint64 `json:"l"`           // the end of its commit record
 	Prev  uint64 `json:"p"`           // the LSN of the epoch's previous transaction (its reset's, for the first)
 	Xid   uint32 `json:"x,omitempty"` // its transaction id
@@ -50,12 +46,12 @@ type txMsg struct {
 
 	Creates []string `json:"c,omitempty"`
 	Deletes []string `json:"d,omitempty"`
-	Tags    [][]byte `json:"g,omitempty"` // in the last part
+	Tags    [][]byte `json:"g,omitempty"` // spread over the parts, after the keys
 
 	// Reread: readers must read the table again after this message (a
-	// TRUNCATE, a transaction bigger than the relay holds back, or a
-	// reset: the relay's stream started anew, and the changes between it
-	// and the last one are in no stream).
+	// TRUNCATE, a transaction bigger than the relay holds back, a key too
+	// big for a message, or a reset: the relay's stream started anew, and
+	// the changes between it and the last one are in no stream).
 	Reread bool `json:"r,omitempty"`
 	Reset  bool `json:"z,omitempty"`
 	// Version is the version of the table's publication the relay
@@ -63,13 +59,19 @@ type txMsg struct {
 	Version string `json:"v,omitempty"`
 }
 
+// id returns the message id JetStream de-duplicates by: a relay that
+// publishes a part again in the same term (after a lost connection) is
+// dropped; a relay of another term is not, and readers skip what they have
+// by its LSN.
+func (m *txMsg) id() string { return fmt.Sprintf("%s:%d:%d:%d", m.Epoch, m.Term, m.LSN, m.Part) }
+
 func (m *txMsg) encode() ([]byte, error) { return json.Marshal(m) }
 
 func decodeTx(b []byte) (txMsg, error) {
 	var m txMsg
 	err := json.Unmarshal(b, &m)
-	if err == nil && (m.Epoch == "" || m.Parts < 0 || m.Part < 0 || (m.Parts > 0 && m.Part >= m.Parts)) {
-		err = fmt.Errorf("a message without an epoch, or part %d of %d", m.Part, m.Parts)
+	if err == nil && (m.Epoch == "" || m.DB == "" || m.Parts < 0 || m.Part < 0 || (m.Parts > 0 && m.Part >= m.Parts)) {
+		err = fmt.Errorf("a message without an epoch or a database, or part %d of %d", m.Part, m.Parts)
 	}
 	if err != nil {
 		return m, fmt.Errorf("fanout: decode a transaction message: %w", err)
@@ -77,45 +79,28 @@ func decodeTx(b []byte) (txMsg, error) {
 	return m, nil
 }
 
-// split returns the parts of transaction m (Creates and Deletes set),
-// each under limit bytes of keys.
-func split(m txMsg, limit int) []txMsg {
-	size := func(keys []string) (n int) {
-		for _, k := range keys {
-			n += len(k) + 4
-		}
-		return n
+// ctlMsg is a follower's marker or heartbeat as the relay passes it on,
+// with where the table's transactions stood when it came: a reader whose
+// last transaction is not Prev of Epoch has missed some, even if no
+// transaction came since (a purged or aged-out stream, a consumer that
+// skipped what was gone).
+type ctlMsg struct {
+	Epoch   string `json:"e"`
+	Term    uint64 `json:"t,omitempty"`
+	Prev    uint64 `json:"p"`
+	Payload string `json:"c"`
+}
+
+func (m *ctlMsg) encode() ([]byte, error) { return json.Marshal(m) }
+
+func decodeCtl(b []byte) (ctlMsg, error) {
+	var m ctlMsg
+	err := json.Unmarshal(b, &m)
+	if err == nil && m.Epoch == "" {
+		err = fmt.Errorf("a control message without an epoch")
 	}
-	if size(m.Creates)+size(m.Deletes) <= limit {
-		return []txMsg{m}
+	if err != nil {
+		return m, fmt.Errorf("fanout: decode a control message: %w", err)
 	}
-	var parts []txMsg
-	cur := txMsg{Epoch: m.Epoch, LSN: m.LSN, Prev: m.Prev, Xid: m.Xid, Version: m.Version}
-	n := 0
-	add := func(deleted bool, k string) {
-		if n+len(k)+4 > limit && n > 0 {
-			parts = append(parts, cur)
-			cur = txMsg{Epoch: m.Epoch, LSN: m.LSN, Prev: m.Prev, Xid: m.Xid, Version: m.Version}
-			n = 0
-		}
-		if deleted {
-			cur.Deletes = append(cur.Deletes, k)
-		} else {
-			cur.Creates = append(cur.Creates, k)
-		}
-		n += len(k) + 4
-	}
-	for _, k := range m.Creates {
-		add(false, k)
-	}
-	for _, k := range m.Deletes {
-		add(true, k)
-	}
-	parts = append(parts, cur)
-	for i := range parts {
-		parts[i].Part, parts[i].Parts = i, len(parts)
-	}
-	last := &parts[len(parts)-1]
-	last.Tags, last.Reread = m.Tags, m.Reread
-	return parts
+	return m, nil
 }

@@ -3,7 +3,6 @@ package fanout
 import (
 	"encoding/json"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -39,67 +38,106 @@ func checkToken(t *testing.T, table, tok string) {
 	}
 }
 
-// TestSplit checks split on a transaction that fits and on one that takes
-// several parts.
+// TestSplit checks split on a transaction that fits, on one that takes
+// several parts, on keys that JSON escapes, and on a key too big for any
+// part.
 func TestSplit(t *testing.T) {
-	m := txMsg{Epoch: "e1", LSN: 900, Prev: 800, Xid: 7, Version: "v3", Reread: true, Tags: [][]byte{[]byte("tag")},
+	m := txMsg{Epoch: "e1", DB: "1_5", Term: 7, LSN: 900, Prev: 800, Xid: 7, Version: "v3", Reread: true, Tags: [][]byte{[]byte("tag")},
 		Creates: []string{"a", "bb", "ccc"}, Deletes: []string{"dddd"}}
 	if parts := split(m, 1<<20); len(parts) != 1 || !reflect.DeepEqual(parts[0], m) {
 		t.Errorf("split under the limit = %+v, want the message as it is", parts)
 	}
-	parts := split(m, 8) // each key costs its length + 4
-	checkSplit(t, m, 8, parts)
+	m.Reread = false
+	limit := encodedLen(t, txMsg{Epoch: m.Epoch, DB: m.DB, Term: m.Term, LSN: m.LSN, Prev: m.Prev, Xid: m.Xid, Version: m.Version,
+		Part: 1 << 30, Parts: 1 << 30, Reread: true, Creates: []string{""}, Deletes: []string{""}, Tags: [][]byte{{}}}) + 12
+	parts := split(m, limit)
+	checkSplit(t, m, limit, parts)
 	if len(parts) < 3 {
 		t.Errorf("split into %d parts, want at least 3: %+v", len(parts), parts)
 	}
+	// 6,000 keys of "<<<<<<": 56 bytes each once escaped, not 10.
+	esc := txMsg{Epoch: "e", DB: "1_5", LSN: 2, Prev: 1}
+	for range 6000 {
+		esc.Creates = append(esc.Creates, "<<<<<<")
+	}
+	checkSplit(t, esc, 64<<10, split(esc, 64<<10))
+	// A key that no part can hold is left out, and the table read.
+	big := txMsg{Epoch: "e", DB: "1_5", LSN: 2, Prev: 1, Creates: []string{"a", strings.Repeat("k", 4096), "b"}}
+	parts = split(big, 1024)
+	checkSplit(t, big, 1024, parts)
+	if !parts[len(parts)-1].Reread {
+		t.Errorf("a key over the limit was left out without a reread: %+v", parts)
+	}
+}
+
+func encodedLen(t *testing.T, m txMsg) int {
+	t.Helper()
+	b, err := m.encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(b)
 }
 
 // checkSplit checks the parts of m split under limit: in order, every key
-// once, each part under the limit unless one key alone is over it, every
-// part with the transaction's position, tags and reread on the last part
-// only, parts numbered.
+// and tag once (but those that alone do not fit a part, which make the
+// last part say Reread), every part encoded within the limit, with the
+// transaction's position, reread on the last part only, parts numbered.
 func checkSplit(t *testing.T, m txMsg, limit int, parts []txMsg) {
 	t.Helper()
 	if len(parts) == 0 {
 		t.Fatal("no parts")
 	}
 	var creates, deletes []string
+	var tags [][]byte
 	for i, p := range parts {
-		if p.Epoch != m.Epoch || p.LSN != m.LSN || p.Prev != m.Prev || p.Xid != m.Xid || p.Version != m.Version {
-			t.Errorf("part %d: position %q %d %d %d %q, want %q %d %d %d %q", i, p.Epoch, p.LSN, p.Prev, p.Xid, p.Version, m.Epoch, m.LSN, m.Prev, m.Xid, m.Version)
+		if p.Epoch != m.Epoch || p.DB != m.DB || p.Term != m.Term || p.LSN != m.LSN || p.Prev != m.Prev || p.Xid != m.Xid || p.Version != m.Version {
+			t.Errorf("part %d: position %q %q %d %d %d %d %q, want %q %q %d %d %d %d %q", i, p.Epoch, p.DB, p.Term, p.LSN, p.Prev, p.Xid, p.Version,
+				m.Epoch, m.DB, m.Term, m.LSN, m.Prev, m.Xid, m.Version)
 		}
 		if len(parts) > 1 && (p.Part != i || p.Parts != len(parts)) {
 			t.Errorf("part %d: numbered %d of %d, want %d of %d", i, p.Part, p.Parts, i, len(parts))
 		}
-		last := i == len(parts)-1
-		if last && (p.Reread != m.Reread || !reflect.DeepEqual(p.Tags, m.Tags)) || !last && (p.Reread || p.Tags != nil) {
-			t.Errorf("part %d of %d: reread %v, tags %q; the transaction's: %v, %q (last part only)", i, len(parts), p.Reread, p.Tags, m.Reread, m.Tags)
+		if i < len(parts)-1 && p.Reread {
+			t.Errorf("part %d of %d says reread: only the last may", i, len(parts))
 		}
-		n := 0
-		for _, k := range slices.Concat(p.Creates, p.Deletes) {
-			n += len(k) + 4
+		if n := encodedLen(t, p); n > limit {
+			t.Errorf("part %d: %d bytes encoded, over the limit %d", i, n, limit)
 		}
-		if n > limit && len(p.Creates)+len(p.Deletes) > 1 {
-			t.Errorf("part %d: %d bytes of keys in %d keys, over the limit %d", i, n, len(p.Creates)+len(p.Deletes), limit)
+		if len(parts) > 1 && len(p.Creates)+len(p.Deletes)+len(p.Tags) == 0 {
+			t.Errorf("part %d of %d holds no key and no tag", i, len(parts))
 		}
-		if len(parts) > 1 && len(p.Creates)+len(p.Deletes) == 0 {
-			t.Errorf("part %d of %d holds no key", i, len(parts))
-		}
-		creates, deletes = append(creates, p.Creates...), append(deletes, p.Deletes...)
+		creates, deletes, tags = append(creates, p.Creates...), append(deletes, p.Deletes...), append(tags, p.Tags...)
 	}
-	if !slices.Equal(creates, m.Creates) || !slices.Equal(deletes, m.Deletes) {
-		t.Errorf("the parts create %q and delete %q, want %q and %q", creates, deletes, m.Creates, m.Deletes)
+	left := len(m.Creates) + len(m.Deletes) + len(m.Tags) - len(creates) - len(deletes) - len(tags)
+	if last := parts[len(parts)-1]; last.Reread != (m.Reread || left > 0) {
+		t.Errorf("the last part says reread %v; the transaction %v, with %d keys or tags left out", last.Reread, m.Reread, left)
+	}
+	if !isSubsequence(creates, m.Creates) || !isSubsequence(deletes, m.Deletes) || !isSubsequence(tags, m.Tags) {
+		t.Errorf("the parts create %q, delete %q and tag %q: not in the order of %q, %q and %q", creates, deletes, tags, m.Creates, m.Deletes, m.Tags)
 	}
 }
 
+// isSubsequence reports whether got is want less some of its elements.
+func isSubsequence[E any](got, want []E) bool {
+	i := 0
+	for _, w := range want {
+		if i < len(got) && reflect.DeepEqual(got[i], w) {
+			i++
+		}
+	}
+	return i == len(got)
+}
+
 // FuzzDecodeTx feeds decodeTx what a stream could hold: it never panics,
-// refuses a message without an epoch or with a part out of range, and a
+// refuses a message without an epoch or a database or with a part out of
+// range, and a
 // message it accepts encodes and decodes to itself.
 func FuzzDecodeTx(f *testing.F) {
 	for _, m := range []txMsg{
-		{Epoch: "e", LSN: 1, Prev: 0},
-		{Epoch: "e", LSN: 2, Prev: 1, Xid: 9, Part: 1, Parts: 3, Creates: []string{"a"}, Deletes: []string{"b"}},
-		{Epoch: "e", Reset: true, Reread: true, Version: "v", Tags: [][]byte{{0, 1, 2}}},
+		{Epoch: "e", DB: "1_5", LSN: 1, Prev: 0},
+		{Epoch: "e", DB: "1_5", Term: 3, LSN: 2, Prev: 1, Xid: 9, Part: 1, Parts: 3, Creates: []string{"a"}, Deletes: []string{"b"}},
+		{Epoch: "e", DB: "1_5", Reset: true, Reread: true, Version: "v", Tags: [][]byte{{0, 1, 2}}},
 	} {
 		b, err := m.encode()
 		if err != nil {
@@ -120,7 +158,7 @@ func FuzzDecodeTx(f *testing.F) {
 			}
 			return
 		}
-		if m.Epoch == "" || m.Part < 0 || m.Parts < 0 || m.Parts > 0 && m.Part >= m.Parts {
+		if m.Epoch == "" || m.DB == "" || m.Part < 0 || m.Parts < 0 || m.Parts > 0 && m.Part >= m.Parts {
 			t.Fatalf("accepted %+v", m)
 		}
 		again, err := m.encode()
@@ -164,16 +202,15 @@ func FuzzSplit(f *testing.F) {
 	f.Add([]byte(""), uint16(1), false)
 	f.Add([]byte(strings.Repeat("key\x00", 100)), uint16(30), false)
 	f.Add([]byte("a-very-long-key-over-the-limit\x00b"), uint16(5), true)
+	f.Add([]byte(strings.Repeat("<\"\\\x01\x00", 50)), uint16(40), true)
 	f.Fuzz(func(t *testing.T, b []byte, limit uint16, reread bool) {
-		if limit == 0 {
-			limit = 1
-		}
+		// limit is what a part may take beyond its smallest encoding.
 		var keys []string
 		if len(b) > 0 {
 			keys = strings.Split(string(b), "\x00")
 		}
 		h := len(keys) / 2
-		m := txMsg{Epoch: "e", LSN: 5, Prev: 4, Xid: 3, Version: "v", Reread: reread,
+		m := txMsg{Epoch: "e", DB: "1_5", Term: 2, LSN: 5, Prev: 4, Xid: 3, Version: "v", Reread: reread,
 			Creates: keys[:h:h], Deletes: keys[h:]}
 		if reread {
 			m.Tags = [][]byte{[]byte("t")}
@@ -184,8 +221,10 @@ func FuzzSplit(f *testing.F) {
 		if len(m.Deletes) == 0 {
 			m.Deletes = nil
 		}
-		parts := split(m, int(limit))
-		checkSplit(t, m, int(limit), parts)
+		floor := encodedLen(t, txMsg{Epoch: m.Epoch, DB: m.DB, Term: m.Term, LSN: m.LSN, Prev: m.Prev, Xid: m.Xid, Version: m.Version,
+			Part: 1 << 30, Parts: 1 << 30, Reread: true, Creates: []string{""}, Deletes: []string{""}, Tags: [][]byte{{}}})
+		parts := split(m, floor+int(limit))
+		checkSplit(t, m, floor+int(limit), parts)
 		for _, p := range parts {
 			enc, err := json.Marshal(p)
 			if err != nil {

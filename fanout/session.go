@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"time"
 
@@ -14,14 +13,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/postgres"
 )
 
 // session is one session of a Follower: connect, start from where the
 // guard stands (or from a saved guard, or a read of the table), consume
 // the table's subject from the next sequence, and apply it, with a
-// heartbeat through the database and the relay.
+// heartbeat through the database and the relay, and the lag judged on this
+// process's clock whether messages come or not.
 func (f *Follower[K]) session(ctx context.Context) (followed time.Duration, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -41,54 +40,51 @@ func (f *Follower[K]) session(ctx context.Context) (followed time.Duration, err 
 			}
 		}
 	}()
+	// A closed or reconnecting NATS connection is not a silent fault: the
+	// session ends at once, and the Loader passes through.
+	status := f.nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED)
+	defer f.nc.RemoveStatusListener(status)
+	if !f.nc.IsConnected() {
+		return 0, &failure{failNATS, fmt.Errorf("fanout: follower: the NATS connection is %s", f.nc.Status())}
+	}
 	cctx, ccancel := context.WithTimeout(ctx, f.c.deadline)
 	conn, err := pgx.ConnectConfig(cctx, f.conf)
 	ccancel()
 	if err != nil {
 		return 0, &failure{failDatabase, fmt.Errorf("fanout: follower: connect: %w", err)}
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	name, err := postgres.Resolve(ctx, conn, f.table)
+	defer closeQuickly(conn)
+	rt, in, err := f.locate(ctx, conn)
 	if err != nil {
-		return 0, &failure{failSetup, err}
-	}
-	tok := Token(name)
-	subject := f.c.prefix + "." + tok
-	stream, err := f.js.Stream(ctx, f.c.stream)
-	if err != nil {
-		return 0, &failure{failSetup, fmt.Errorf("fanout: follower: stream %s (is a relay running?): %w", f.c.stream, err)}
+		return 0, err
 	}
 	f.state.Store(int32(postgres.Resyncing))
 	if !f.pos.valid {
 		if f.pending == readStart {
-			if err := f.restore(ctx, stream, tok); err != nil {
+			if err := f.restore(ctx, in, rt); err != nil {
 				f.c.logger.LogAttrs(ctx, slog.LevelWarn, "cuckooguard: fanout follower cannot start from a saved guard; it reads the table", slog.Any("error", err))
 			}
 		}
 		if !f.pos.valid {
-			if err := f.read(ctx, conn, stream, subject); err != nil {
+			if err := f.read(ctx, conn, in, rt); err != nil {
 				return 0, err
 			}
 		}
 	}
 	f.pending = ""
-	cons, err := f.js.OrderedConsumer(ctx, f.c.stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject + ".>"},
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: f.pos.seq + 1})
+	subject := rt.subject(f.c.prefix)
+	cons, err := f.consume(ctx, subject)
 	if err != nil {
-		return 0, &failure{failStream, fmt.Errorf("fanout: follower: consume %s: %w", subject, err)}
+		return 0, err
 	}
-	iter, err := cons.Messages()
-	if err != nil {
-		return 0, &failure{failStream, fmt.Errorf("fanout: follower: consume %s: %w", subject, err)}
-	}
-	defer iter.Stop()
+	defer cons.stop()
 	s := &fsession[K]{f: f, token: fmt.Sprintf("%x", rand.Uint64()), send: make(chan string, 1)}
 	sctx, endSend := context.WithCancelCause(ctx)
 	defer endSend(nil)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer endSend(nil)
-	prefix := postgres.ControlPrefix(tok)
+	prefix := postgres.ControlPrefix(rt.control())
 	emit := func(payload string) error {
 		ectx, cancel := context.WithTimeout(sctx, f.c.deadline)
 		defer cancel()
@@ -114,180 +110,72 @@ func (f *Follower[K]) session(ctx context.Context) (followed time.Duration, err 
 		}
 	})
 	lastSave := time.Now()
+	timer := time.NewTimer(f.c.heartbeat)
+	defer timer.Stop()
 	for {
-		msg, err := iter.Next(jetstream.NextMaxWait(max(s.wake(time.Now())-time.Millisecond, time.Millisecond)))
+		var msgErr error
+		select {
+		case <-ctx.Done():
+			return s.followed(time.Now()), context.Cause(ctx)
+		case <-sctx.Done():
+			return s.followed(time.Now()), context.Cause(sctx)
+		case st := <-status:
+			return s.followed(time.Now()), &failure{failNATS, fmt.Errorf("fanout: follower: the NATS connection is %s", st)}
+		case err := <-cons.errs:
+			return s.followed(time.Now()), &failure{failStream, fmt.Errorf("fanout: follower: consume %s: %w", subject, err)}
+		case msg := <-cons.msgs:
+			msgErr = s.handle(msg, time.Now())
+		case <-timer.C:
+		}
 		now := time.Now()
-		switch {
-		case ctx.Err() != nil:
-			return s.followed(now), context.Cause(ctx)
-		case sctx.Err() != nil:
-			return s.followed(now), context.Cause(sctx)
-		case err == nil:
-			if err := s.handle(msg, now); err != nil {
-				return s.followed(now), err
-			}
-		case errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages):
-		default:
-			return s.followed(now), &failure{failStream, fmt.Errorf("fanout: follower: %w", err)}
+		if msgErr != nil {
+			return s.followed(now), msgErr
 		}
 		s.tick(now)
 		if f.c.snapWhen != nil && s.partial == nil && f.pos.skip == nil && postgres.State(f.state.Load()) == postgres.Following &&
 			now.Sub(lastSave) >= f.c.snapEvery && f.c.snapWhen() {
 			lastSave = now
-			if err := f.save(ctx, tok); err != nil {
+			if err := f.save(ctx, rt); err != nil {
 				f.c.logger.LogAttrs(ctx, slog.LevelWarn, "cuckooguard: fanout follower could not save its guard", slog.Any("error", err))
 			}
 		}
+		timer.Reset(max(s.wake(now), time.Millisecond))
 	}
 }
 
-// fsession is what a Follower's session knows of its heartbeats and of
-// the transaction it is assembling.
-type fsession[K comparable] struct {
-	f          *Follower[K]
-	token      string
-	send       chan string
-	markerSent time.Time
-	since      time.Time // following since the marker came back
-	next       time.Time // the next heartbeat is due
-	seq        int64
-	out        []outBeat
-	partial    *txMsg // the parts of a transaction so far
-}
-
-type outBeat struct {
-	seq  int64
-	sent time.Time
-}
-
-// followed returns how long the session followed, at now.
-func (s *fsession[K]) followed(now time.Time) time.Duration {
-	if s.since.IsZero() {
-		return 0
-	}
-	return now.Sub(s.since)
-}
-
-// wake returns how long until the session must look at its heartbeats:
-// the next one is due, or the oldest one out makes the lag pass the max
-// lag.
-func (s *fsession[K]) wake(now time.Time) time.Duration {
-	w := s.next
-	if len(s.out) > 0 && postgres.State(s.f.state.Load()) == postgres.Following {
-		if t := s.out[0].sent.Add(s.f.c.maxLag + time.Millisecond); t.After(now) && t.Before(w) {
-			w = t
-		}
-	}
-	return w.Sub(now)
-}
-
-// handle handles one message of the table's subject.
-func (s *fsession[K]) handle(msg jetstream.Msg, now time.Time) error {
-	md, err := msg.Metadata()
+// locate finds the table's subject and the stream's instance, and drops
+// the position if it is not in them: the database or the stream is
+// another one.
+func (f *Follower[K]) locate(ctx context.Context, conn *pgx.Conn) (route, instance, error) {
+	db, err := postgres.IdentifyDatabase(ctx, conn)
 	if err != nil {
-		return &failure{failStream, err}
+		return route{}, instance{}, &failure{failDatabase, err}
 	}
-	seq := md.Sequence.Stream
-	if strings.HasSuffix(msg.Subject(), ".ctl") {
-		s.control(string(msg.Data()), now)
-		if s.partial == nil {
-			s.advance(seq)
-		}
-		return nil
+	if !f.db.IsZero() && !f.db.Same(db) {
+		f.c.logger.LogAttrs(ctx, slog.LevelWarn, "cuckooguard: fanout follower's connection reaches another database than before; it reads the table",
+			slog.String("was", f.db.String()), slog.String("now", db.String()))
+		f.pos.valid = false
+		f.pending = readStream
 	}
-	m, err := decodeTx(msg.Data())
+	f.db = db
+	name, err := postgres.Resolve(ctx, conn, f.table)
 	if err != nil {
-		return &failure{failStream, err}
+		return route{}, instance{}, &failure{failSetup, err}
 	}
-	return s.tx(m, seq)
-}
-
-// advance records that the guard reflects the stream up to seq.
-func (s *fsession[K]) advance(seq uint64) {
-	s.f.pos.seq = seq
-	s.f.seq.Store(seq)
-}
-
-// tx takes one part of a transaction, or a reset, at stream sequence seq.
-func (s *fsession[K]) tx(m txMsg, seq uint64) error {
-	f := s.f
-	p := &f.pos
-	if m.Reset {
-		return &reread{readReset}
+	rt := route{db: db, relay: f.relay, table: Token(name)}
+	si, err := streamInfo(ctx, f.js, f.c.stream, f.c.deadline)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return rt, instance{}, &failure{failSetup, fmt.Errorf("fanout: follower: stream %s not found (is the relay running?): %w", f.c.stream, err)}
+	case err != nil:
+		return rt, instance{}, &failure{failStream, fmt.Errorf("fanout: follower: stream %s: %w", f.c.stream, err)}
 	}
-	last := m.Parts == 0 || m.Part == m.Parts-1
-	if s.partial == nil {
-		switch {
-		case p.lsn != 0 && m.LSN <= p.lsn:
-			if last {
-				s.advance(seq) // published again by a successor relay: applied already
-			}
-			return nil
-		case m.Part != 0,
-			p.epoch != "" && m.Epoch != p.epoch,
-			p.lsn != 0 && m.Prev != p.lsn:
-			f.c.logger.LogAttrs(context.Background(), slog.LevelWarn, "cuckooguard: fanout follower found a gap in the stream; it reads the table",
-				slog.Uint64("seq", seq), slog.String("epoch", m.Epoch), slog.Uint64("prev", m.Prev), slog.Uint64("applied", p.lsn), slog.Int("part", m.Part))
-			return &reread{readGap}
-		}
-		s.partial = &txMsg{Epoch: m.Epoch, LSN: m.LSN, Xid: m.Xid}
-	} else if m.LSN != s.partial.LSN || m.Part != s.partial.Parts+1 {
-		return &reread{readGap}
+	in := instanceOf(si)
+	if f.pos.valid && !f.pos.in.same(in) {
+		f.c.logger.LogAttrs(ctx, slog.LevelWarn, "cuckooguard: fanout follower's stream was deleted and made again; it reads the table",
+			slog.String("was", f.pos.in.String()), slog.String("now", in.String()))
+		f.pos.valid = false
+		f.pending = readStream
 	}
-	t := s.partial
-	t.Parts = m.Part
-	t.Creates = append(t.Creates, m.Creates...)
-	t.Deletes = append(t.Deletes, m.Deletes...)
-	if !last {
-		return nil
-	}
-	s.partial = nil
-	t.Tags, t.Reread = m.Tags, m.Reread
-	if err := s.apply(t); err != nil {
-		return err
-	}
-	p.epoch, p.lsn = t.Epoch, t.LSN
-	s.advance(seq)
-	if t.Reread {
-		return &reread{readReread}
-	}
-	return nil
-}
-
-// apply applies one whole transaction: nothing if the last read saw it,
-// else its creations less this run's tagged keys, then its deletions.
-func (s *fsession[K]) apply(t *txMsg) error {
-	f := s.f
-	if f.pos.skip != nil && f.pos.skip.VisibleXid(t.Xid) {
-		f.skipped.Add(int64(len(t.Creates) + len(t.Deletes)))
-		return nil
-	}
-	own := f.tags.Own(t.Tags)
-	change := func(text string, deleted bool) error {
-		k, err := f.parse(text)
-		if err != nil {
-			return &failure{failStream, fmt.Errorf("fanout: follower: parse key %q: %w", text, err)}
-		}
-		if !deleted && own[k] > 0 {
-			own[k]--
-			f.skipped.Add(1)
-			return nil
-		}
-		if err := f.feed.Apply(guarded.Change[K]{Key: k, Deleted: deleted}); err != nil {
-			return &failure{failStream, err}
-		}
-		f.applied.Add(1)
-		return nil
-	}
-	for _, k := range t.Creates {
-		if err := change(k, false); err != nil {
-			return err
-		}
-	}
-	for _, k := range t.Deletes {
-		if err := change(k, true); err != nil {
-			return err
-		}
-	}
-	return nil
+	return rt, in, nil
 }

@@ -6,78 +6,24 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cuckooguard/cuckooguard/guard"
-	"github.com/cuckooguard/cuckooguard/postgres"
 )
 
-// A saved guard is an object of the bucket named after the table's token,
-// holding the guard (guard.Guard.WriteTo), with headers that say where in
-// the stream it stands: the sequence of the last message it reflects, and
-// the epoch and LSN of the table's last transaction it reflects.
-const (
-	headerSeq   = "Cuckooguard-Seq"
-	headerEpoch = "Cuckooguard-Epoch"
-	headerLSN   = "Cuckooguard-Lsn"
-)
+// A saved guard is an object of the bucket named after the table's route
+// (database, relay, table), holding the guard (guard.Guard.WriteTo), with
+// headers that carry the mark it reflects: the database, the stream
+// instance and sequence, and the epoch, LSN and term of the table's
+// messages up to it. The bucket holds one object per table: each save
+// replaces the last.
 
-// read reads the table into a fresh guard, and sets the position to the
-// table's last transaction in the stream before the read, whose snapshot
-// tells which transactions after it the read saw (skipped until the
-// session's marker is back). A transaction that commits after the read's
-// snapshot is published after that last one: none is lost between them.
-func (f *Follower[K]) read(ctx context.Context, conn *pgx.Conn, stream jetstream.Stream, subject string) error {
-	var p position
-	last, err := stream.GetLastMsgForSubject(ctx, subject+".tx")
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-	case err != nil:
-		return &failure{failStream, fmt.Errorf("fanout: follower: read the stream's last message of %s: %w", subject, err)}
-	default:
-		m, err := decodeTx(last.Data)
-		if err != nil {
-			return &failure{failStream, err}
-		}
-		p.seq, p.epoch, p.lsn = last.Sequence, m.Epoch, m.LSN
-	}
-	begin := time.Now()
-	var sn postgres.Snapshot
-	var n int64
-	err = f.feed.Resync(ctx, func(ctx context.Context, add func(K) error) error {
-		var err error
-		sn, n, err = postgres.ReadTable(ctx, conn, f.table, f.key, func(text string) error {
-			k, err := f.parse(text)
-			if err != nil {
-				return fmt.Errorf("parse key %q: %w", text, err)
-			}
-			return add(k)
-		})
-		return err
-	})
-	if err != nil {
-		return &failure{failDatabase, fmt.Errorf("fanout: follower: read the table: %w", err)}
-	}
-	p.valid, p.skip = true, &sn
-	f.pos = p
-	f.seq.Store(p.seq)
-	why := f.pending
-	f.mu.Lock()
-	f.reads[why]++
-	f.mu.Unlock()
-	f.c.logger.LogAttrs(ctx, slog.LevelInfo, "cuckooguard: fanout follower read the table",
-		slog.String("reason", why), slog.Int64("keys", n), slog.Duration("took", time.Since(begin)), slog.Uint64("from_seq", p.seq+1))
-	return nil
-}
-
-// restore installs the newest guard saved for the table, if the stream
-// still holds every message after it, and sets the position to it.
-func (f *Follower[K]) restore(ctx context.Context, stream jetstream.Stream, tok string) error {
+// restore installs the newest guard saved for the table, if it is of this
+// database and of this instance of the stream, and the stream still holds
+// every message after it, and sets the position to it.
+func (f *Follower[K]) restore(ctx context.Context, in instance, rt route) error {
 	if f.c.bucket == "" {
 		return nil
 	}
@@ -88,29 +34,31 @@ func (f *Follower[K]) restore(ctx context.Context, stream jetstream.Stream, tok 
 	if err != nil {
 		return err
 	}
-	info, err := obs.GetInfo(ctx, tok)
+	name := rt.object()
+	info, err := obs.GetInfo(ctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	var p position
-	if p.seq, err = strconv.ParseUint(info.Headers.Get(headerSeq), 10, 64); err != nil {
-		return fmt.Errorf("saved guard %s: sequence: %w", tok, err)
+	m, err := markOf(info.Headers)
+	switch {
+	case err != nil:
+		return fmt.Errorf("saved guard %s: %w", name, err)
+	case !m.db.Same(f.db):
+		return fmt.Errorf("saved guard %s is of %s; this follower's is %s", name, m.db, f.db)
+	case !m.in.same(in):
+		return fmt.Errorf("saved guard %s stands in %s; the stream is now %s (deleted and made again)", name, m.in, in)
 	}
-	if p.lsn, err = strconv.ParseUint(info.Headers.Get(headerLSN), 10, 64); err != nil {
-		return fmt.Errorf("saved guard %s: LSN: %w", tok, err)
-	}
-	p.epoch = info.Headers.Get(headerEpoch)
-	si, err := stream.Info(ctx)
+	si, err := streamInfo(ctx, f.js, in.name, f.c.deadline)
 	if err != nil {
 		return err
 	}
-	if si.State.FirstSeq > p.seq+1 && si.State.Msgs > 0 {
-		return fmt.Errorf("saved guard %s stands at sequence %d; the stream begins at %d", tok, p.seq, si.State.FirstSeq)
+	if m.seq+1 < si.State.FirstSeq || m.seq > si.State.LastSeq {
+		return fmt.Errorf("saved guard %s stands at sequence %d; the stream holds %d to %d", name, m.seq, si.State.FirstSeq, si.State.LastSeq)
 	}
-	r, err := obs.Get(ctx, tok)
+	r, err := obs.Get(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -118,7 +66,7 @@ func (f *Follower[K]) restore(ctx context.Context, stream jetstream.Stream, tok 
 	begin := time.Now()
 	g, err := guard.Restore(r, guard.Like(f.feed.Guard()))
 	if err != nil {
-		return fmt.Errorf("saved guard %s: %w", tok, err)
+		return fmt.Errorf("saved guard %s: %w", name, err)
 	}
 	if err := f.feed.Replace(g); err != nil {
 		g.Close()
@@ -127,23 +75,23 @@ func (f *Follower[K]) restore(ctx context.Context, stream jetstream.Stream, tok 
 	// Inserts before the swap added their keys to the guard it closed:
 	// their tags must not skip them.
 	f.tags.NewRun()
-	p.valid = true
-	f.pos = p
-	f.seq.Store(p.seq)
+	f.pos = position{valid: true, mark: m}
+	f.seq.Store(m.seq)
 	f.restored.Add(1)
 	f.c.logger.LogAttrs(ctx, slog.LevelInfo, "cuckooguard: fanout follower starts from a saved guard",
-		slog.Uint64("seq", p.seq), slog.Int("keys", g.Len()), slog.Duration("took", time.Since(begin)))
+		slog.Uint64("seq", m.seq), slog.Int("keys", g.Len()), slog.Duration("took", time.Since(begin)))
 	return nil
 }
 
 // save writes the guard, with where it stands, to the bucket: between
 // transactions, after the read's skips are over, and never a degraded
 // guard (guarded.Feed.Degraded), which a saved copy would get wrong.
-func (f *Follower[K]) save(ctx context.Context, tok string) error {
+func (f *Follower[K]) save(ctx context.Context, rt route) error {
 	if f.feed.Degraded() {
 		return nil
 	}
-	obs, err := f.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: f.c.bucket})
+	obs, err := f.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: f.c.bucket,
+		Description: "cuckooguard: guards saved by fanout followers, one per database, relay and table"})
 	if err != nil {
 		return err
 	}
@@ -153,11 +101,7 @@ func (f *Follower[K]) save(ctx context.Context, tok string) error {
 		_, err := g.WriteTo(pw)
 		pw.CloseWithError(err)
 	}()
-	h := nats.Header{}
-	h.Set(headerSeq, strconv.FormatUint(f.pos.seq, 10))
-	h.Set(headerEpoch, f.pos.epoch)
-	h.Set(headerLSN, strconv.FormatUint(f.pos.lsn, 10))
-	_, err = obs.Put(ctx, jetstream.ObjectMeta{Name: tok, Headers: h}, pr)
+	_, err = obs.Put(ctx, jetstream.ObjectMeta{Name: rt.object(), Headers: f.pos.mark.headers()}, pr)
 	pr.CloseWithError(err)
 	if err != nil {
 		return err

@@ -66,7 +66,7 @@ func (a *app) follow(cfg config, table string) error {
 	// The replica that relays saves its guard to JetStream's object store
 	// every minute: a new replica starts from it and reads nothing from
 	// the table.
-	fopts := append(opts, fanout.WithOrigin(cfg.Origin), fanout.WithSnapshots(fanout.DefaultBucket, time.Minute, a.relay.Leading))
+	fopts := append(opts, fanout.WithRelay("httpapi "+table), fanout.WithOrigin(cfg.Origin), fanout.WithSnapshots(fanout.DefaultBucket, time.Minute, a.relay.Leading))
 	if a.relayed, err = fanout.NewFollower(a.loader, nc, cfg.DSN, table, "id", parse, fopts...); err != nil {
 		return err
 	}

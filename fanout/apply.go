@@ -1,0 +1,208 @@
+package fanout
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cuckooguard/cuckooguard/guarded"
+)
+
+// fsession is what a Follower's session knows of its heartbeats, of the
+// consumer's deliveries and of the transaction it is assembling.
+type fsession[K comparable] struct {
+	f          *Follower[K]
+	token      string
+	send       chan string
+	markerSent time.Time
+	since      time.Time // following since the marker came back
+	next       time.Time // the next heartbeat is due
+	seq        int64
+	out        []outBeat
+	consumed   uint64 // the consumer's sequence of the last message delivered
+	partial    *txMsg // the parts of a transaction so far
+}
+
+type outBeat struct {
+	seq  int64
+	sent time.Time
+}
+
+// handle handles one message of the table's subject, delivered at now.
+func (s *fsession[K]) handle(msg jetstream.Msg, now time.Time) error {
+	md, err := msg.Metadata()
+	if err != nil {
+		return &failure{failStream, err}
+	}
+	// Each delivery takes the consumer's next sequence: one that skips
+	// some lost messages on the way (a connection lost with them in it).
+	// The next session resumes from the last one applied.
+	if md.Sequence.Consumer != s.consumed+1 {
+		return &failure{failStream, fmt.Errorf("fanout: follower: the consumer skipped deliveries %d to %d", s.consumed+1, md.Sequence.Consumer-1)}
+	}
+	s.consumed = md.Sequence.Consumer
+	s.f.backlog.Store(md.NumPending)
+	seq := md.Sequence.Stream
+	if strings.HasSuffix(msg.Subject(), ".ctl") {
+		c, err := decodeCtl(msg.Data())
+		if err != nil {
+			return &failure{failStream, err}
+		}
+		return s.ctl(c, seq, now)
+	}
+	m, err := decodeTx(msg.Data())
+	if err != nil {
+		return &failure{failStream, err}
+	}
+	if db := s.f.db.Token(); m.DB != db {
+		return &failure{failSetup, fmt.Errorf("fanout: follower: a message on %s comes from database %s; this follower's is %s (%s): refused",
+			msg.Subject(), m.DB, db, s.f.db)}
+	}
+	return s.tx(m, seq)
+}
+
+// advance records that the guard reflects the stream up to seq.
+func (s *fsession[K]) advance(seq uint64) {
+	s.f.pos.seq = seq
+	s.f.seq.Store(seq)
+}
+
+// fenced reports whether a message of term comes from a relay whose lease
+// lapsed: a newer term was seen. It is ignored, and passed by.
+func (s *fsession[K]) fenced(term, seq uint64) bool {
+	p := &s.f.pos
+	if term >= p.term {
+		p.term = term
+		return false
+	}
+	s.f.fenced.Add(1)
+	if s.partial == nil {
+		s.advance(seq)
+	}
+	return true
+}
+
+// gap ends the session for a read of the table: messages are missing.
+func (s *fsession[K]) gap(seq uint64, what string, epoch string, prev uint64) error {
+	p := &s.f.pos
+	s.f.c.logger.LogAttrs(context.Background(), slog.LevelWarn, "cuckooguard: fanout follower found a gap in the stream; it reads the table",
+		slog.String("at", what), slog.Uint64("seq", seq), slog.String("epoch", epoch), slog.Uint64("prev", prev),
+		slog.String("applied_epoch", p.epoch), slog.Uint64("applied", p.lsn))
+	return &reread{readGap}
+}
+
+// ctl takes a marker or heartbeat at stream sequence seq: it says where the
+// table's transactions stood when it came, which must be where this
+// follower stands.
+func (s *fsession[K]) ctl(c ctlMsg, seq uint64, now time.Time) error {
+	if s.fenced(c.Term, seq) {
+		return nil
+	}
+	p := &s.f.pos
+	switch {
+	case s.partial != nil: // the rest of a transaction's parts never came
+		return s.gap(seq, "control", c.Epoch, c.Prev)
+	case p.epoch == "":
+		// The table was read while the stream held none of its
+		// transactions: whatever came before this is in the read.
+		p.epoch, p.lsn = c.Epoch, c.Prev
+	case c.Epoch != p.epoch || c.Prev != p.lsn:
+		return s.gap(seq, "control", c.Epoch, c.Prev)
+	}
+	s.control(c.Payload, now)
+	s.advance(seq)
+	return nil
+}
+
+// tx takes one part of a transaction, or a reset, at stream sequence seq.
+func (s *fsession[K]) tx(m txMsg, seq uint64) error {
+	if s.partial != nil && m.Term > s.partial.Term {
+		s.partial = nil // a relay of a newer term publishes it again, from its first part
+	}
+	if s.fenced(m.Term, seq) {
+		return nil
+	}
+	f := s.f
+	p := &f.pos
+	if m.Reset {
+		return &reread{readReset}
+	}
+	last := m.Parts == 0 || m.Part == m.Parts-1
+	if s.partial == nil {
+		switch {
+		case p.lsn != 0 && m.LSN <= p.lsn:
+			if last {
+				s.advance(seq) // published again by a successor relay: applied already
+			}
+			return nil
+		case m.Part != 0,
+			p.epoch != "" && m.Epoch != p.epoch,
+			p.epoch != "" && m.Prev != p.lsn:
+			return s.gap(seq, "transaction", m.Epoch, m.Prev)
+		}
+		s.partial = &txMsg{Epoch: m.Epoch, Term: m.Term, LSN: m.LSN, Xid: m.Xid}
+	} else if m.LSN != s.partial.LSN || m.Part != s.partial.Parts+1 {
+		return s.gap(seq, "part", m.Epoch, m.Prev)
+	}
+	t := s.partial
+	t.Parts = m.Part
+	t.Creates = append(t.Creates, m.Creates...)
+	t.Deletes = append(t.Deletes, m.Deletes...)
+	t.Tags = append(t.Tags, m.Tags...)
+	if !last {
+		return nil
+	}
+	s.partial = nil
+	t.Reread = m.Reread
+	if err := s.apply(t); err != nil {
+		return err
+	}
+	p.epoch, p.lsn = t.Epoch, t.LSN
+	s.advance(seq)
+	if t.Reread {
+		return &reread{readReread}
+	}
+	return nil
+}
+
+// apply applies one whole transaction: nothing if the last read saw it,
+// else its creations less this run's tagged keys, then its deletions.
+func (s *fsession[K]) apply(t *txMsg) error {
+	f := s.f
+	if f.pos.skip != nil && f.pos.skip.VisibleXid(t.Xid) {
+		f.skipped.Add(int64(len(t.Creates) + len(t.Deletes)))
+		return nil
+	}
+	own := f.tags.Own(t.Tags)
+	change := func(text string, deleted bool) error {
+		k, err := f.parse(text)
+		if err != nil {
+			return &failure{failStream, fmt.Errorf("fanout: follower: parse key %q: %w", text, err)}
+		}
+		if !deleted && own[k] > 0 {
+			own[k]--
+			f.skipped.Add(1)
+			return nil
+		}
+		if err := f.feed.Apply(guarded.Change[K]{Key: k, Deleted: deleted}); err != nil {
+			return &failure{failStream, err}
+		}
+		f.applied.Add(1)
+		return nil
+	}
+	for _, k := range t.Creates {
+		if err := change(k, false); err != nil {
+			return err
+		}
+	}
+	for _, k := range t.Deletes {
+		if err := change(k, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,248 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cuckooguard/cuckooguard/postgres"
+)
+
+// maxInFlight is how many messages the relay publishes ahead of
+// JetStream's acknowledgements.
+const maxInFlight = 1024
+
+// relayHandler publishes what the relay's Source streams, for one term.
+type relayHandler struct {
+	r      *Relay
+	lease  *lease
+	end    context.CancelCauseFunc // ends the term
+	tables []relayTable
+	routes map[string]int // control route: table
+	limit  int            // the largest message the stream takes
+
+	// The messages published and not acknowledged yet, oldest first: the
+	// relay publishes ahead of the acknowledgements, a round trip to the
+	// stream per transaction being what would bound its throughput, and
+	// confirms a transaction's LSN once every message up to its own is
+	// acknowledged. One that fails ends the session: a message after it may
+	// be in the stream while it is not, and the followers find that gap
+	// by the Prev chain and read the table.
+	inFlight []inFlight
+}
+
+// inFlight is a message published and not acknowledged yet: once it and
+// every message before it are, lsn (if not 0) may be confirmed.
+type inFlight struct {
+	ack jetstream.PubAckFuture // nil: nothing to wait for
+	lsn pglogrepl.LSN
+}
+
+// relayTable is where a table's messages stand in the stream.
+type relayTable struct {
+	route   route
+	subject string // route.subject(prefix)
+	epoch   string
+	last    uint64 // the LSN of its last transaction in the stream
+	version string
+}
+
+// Start makes the stream if it is gone, reads where each table's messages
+// stand in it, and publishes a reset for a table whose messages cannot
+// continue: the slot was made anew, the stream holds nothing of it, or
+// its publication changed.
+func (h *relayHandler) Start(ctx context.Context, st postgres.SourceStart) error {
+	if err := h.fence(); err != nil {
+		return err
+	}
+	if _, err := h.r.ensureStream(ctx); err != nil {
+		if errors.Is(err, errStreamRefused) {
+			h.end(err) // Relay.Run returns it
+		}
+		return err
+	}
+	s, err := h.r.js.Stream(ctx, h.r.c.stream)
+	if err != nil {
+		return fmt.Errorf("fanout: relay: %w", err)
+	}
+	h.limit = int(h.r.nc.MaxPayload())
+	if m := s.CachedInfo().Config.MaxMsgSize; m > 0 {
+		h.limit = min(h.limit, int(m))
+	}
+	h.inFlight = nil // a session's: what the last one left unacknowledged it publishes again
+	h.tables = make([]relayTable, len(st.Tables))
+	h.routes = make(map[string]int, len(st.Tables))
+	relay := Token(h.r.name)
+	for i, name := range st.Tables {
+		rt := route{db: st.Database, relay: relay, table: Token(name)}
+		t := relayTable{route: rt, subject: rt.subject(h.r.c.prefix), version: st.Versions[i]}
+		h.routes[rt.control()] = i
+		last, err := s.GetLastMsgForSubject(ctx, t.subject+".tx")
+		var m txMsg
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case err != nil:
+			return fmt.Errorf("fanout: relay: read the last message of %s: %w", t.subject, err)
+		default:
+			if m, err = decodeTx(last.Data); err != nil {
+				m = txMsg{} // unreadable: start the table's messages anew
+			}
+		}
+		if st.Reset || m.Epoch == "" || m.Version != st.Versions[i] {
+			t.epoch = fmt.Sprintf("%s/%x", st.LSN, rand.Uint64())
+			t.last = uint64(st.LSN)
+			reset := txMsg{Epoch: t.epoch, Term: h.lease.term, DB: rt.db.Token(), LSN: t.last, Reset: true, Reread: true, Version: t.version}
+			if err := h.send(ctx, t.subject+".tx", &reset); err != nil {
+				return err
+			}
+			h.r.resets.Add(1)
+			h.r.c.logger.LogAttrs(ctx, slog.LevelInfo, "cuckooguard: relay reset a table: its followers read it again",
+				slog.String("table", name), slog.Bool("new_slot", st.Reset), slog.Bool("version_changed", m.Epoch != "" && m.Version != st.Versions[i]))
+		} else {
+			t.epoch, t.last = m.Epoch, m.LSN
+		}
+		h.tables[i] = t
+	}
+	h.r.src.Confirm(st.LSN)
+	return nil
+}
+
+// fence returns errLeaseLapsed, and ends the term, once the lease may
+// have lapsed: nothing is published after that.
+func (h *relayHandler) fence() error {
+	if h.lease.held(time.Now()) {
+		return nil
+	}
+	h.end(errLeaseLapsed)
+	return errLeaseLapsed
+}
+
+// Commit publishes one committed transaction: each table's part of it
+// that the stream does not hold yet, then the followers' control
+// messages, and confirms it once JetStream acknowledged them all and
+// every message before them. It waits for the acknowledgements only to
+// keep fewer than maxInFlight messages out, and at each control message
+// (a heartbeat or a marker: at least once a heartbeat), so that the slot
+// is confirmed as often.
+func (h *relayHandler) Commit(ctx context.Context, c *postgres.SourceCommit) error {
+	if err := h.fence(); err != nil {
+		return err
+	}
+	for i := range c.Tables {
+		ch, t := &c.Tables[i], &h.tables[i]
+		if !ch.Touched() || uint64(c.LSN) <= t.last {
+			continue // nothing, or published before this session
+		}
+		m := txMsg{Epoch: t.epoch, Term: h.lease.term, DB: t.route.db.Token(), LSN: uint64(c.LSN), Prev: t.last, Xid: c.Xid,
+			Creates: ch.Creates, Deletes: ch.Deletes, Tags: c.Tags, Reread: ch.Truncated || ch.Incomplete, Version: t.version}
+		for _, p := range split(m, h.limit) {
+			b, err := p.encode()
+			if err != nil {
+				return err
+			}
+			if err := h.publish(ctx, t.subject+".tx", b, jetstream.WithMsgID(p.id())); err != nil {
+				return err
+			}
+		}
+		t.last = uint64(c.LSN)
+	}
+	controls := false
+	for _, ctl := range c.Controls {
+		i, ok := h.routes[ctl.Route]
+		if !ok {
+			continue // a follower of another relay, or of a table this relay does not stream
+		}
+		t := &h.tables[i]
+		m := ctlMsg{Epoch: t.epoch, Term: h.lease.term, Prev: t.last, Payload: ctl.Payload}
+		b, err := m.encode()
+		if err != nil {
+			return err
+		}
+		if err := h.publish(ctx, t.subject+".ctl", b); err != nil {
+			return err
+		}
+		controls = true
+	}
+	h.inFlight = append(h.inFlight, inFlight{lsn: c.LSN})
+	if controls {
+		return h.reap(ctx, 0)
+	}
+	return h.reap(ctx, maxInFlight)
+}
+
+// publish publishes b on subject without waiting for the acknowledgement.
+func (h *relayHandler) publish(ctx context.Context, subject string, b []byte, opts ...jetstream.PublishOpt) error {
+	if err := h.reap(ctx, maxInFlight-1); err != nil {
+		return err
+	}
+	ack, err := h.r.js.PublishAsync(subject, b, opts...)
+	if err != nil {
+		return fmt.Errorf("fanout: relay: publish to %s: %w", subject, err)
+	}
+	h.inFlight = append(h.inFlight, inFlight{ack: ack})
+	h.r.publish.Add(1)
+	return nil
+}
+
+// reap takes the acknowledged messages off the front of the queue,
+// confirming their LSNs, and waits for more until at most keep are left.
+func (h *relayHandler) reap(ctx context.Context, keep int) error {
+	done := 0
+	var confirm pglogrepl.LSN
+	defer func() {
+		h.inFlight = h.inFlight[:copy(h.inFlight, h.inFlight[done:])]
+		if confirm != 0 {
+			h.r.src.Confirm(confirm)
+		}
+	}()
+	for ; done < len(h.inFlight); done++ {
+		f := h.inFlight[done]
+		if f.ack != nil {
+			wait := len(h.inFlight)-done > keep
+			var err error
+			if wait {
+				select {
+				case <-f.ack.Ok():
+				case err = <-f.ack.Err():
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			} else {
+				select {
+				case <-f.ack.Ok():
+				case err = <-f.ack.Err():
+				default:
+					return nil // not yet, and not too many
+				}
+			}
+			if err != nil {
+				return fmt.Errorf("fanout: relay: publish to %s: %w", f.ack.Msg().Subject, err)
+			}
+		}
+		if f.lsn != 0 {
+			confirm = f.lsn
+		}
+	}
+	return nil
+}
+
+// send publishes m on subject and waits for JetStream's acknowledgement.
+func (h *relayHandler) send(ctx context.Context, subject string, m *txMsg) error {
+	b, err := m.encode()
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, h.r.c.deadline)
+	defer cancel()
+	if _, err := h.r.js.Publish(sctx, subject, b, jetstream.WithMsgID(m.id())); err != nil {
+		return fmt.Errorf("fanout: relay: publish to %s: %w", subject, err)
+	}
+	h.r.publish.Add(1)
+	return nil
+}

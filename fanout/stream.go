@@ -1,0 +1,63 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// errStreamRefused wraps the broker's refusal of the stream's
+// configuration: a setup that cannot work, which Relay.Run returns.
+var errStreamRefused = errors.New("fanout: the broker refuses the stream's configuration")
+
+// streamConfig is the configuration of the relay's stream.
+func (c *config) streamConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name: c.stream, Subjects: []string{c.prefix + ".>"}, Storage: c.storage, Replicas: c.replicas,
+		MaxAge: c.maxAge, Duplicates: c.duplicates, Discard: jetstream.DiscardOld,
+		Description: "cuckooguard: committed changes of guarded PostgreSQL tables, from their relays",
+	}
+}
+
+// ensureStream makes the stream if it does not exist (a relay's first
+// start, or a stream an operator deleted or a broker lost with its
+// storage), and returns its instance. A stream whose configuration this
+// relay's would change (another relay's settings) is left as it is. A
+// configuration the broker refuses is an errStreamRefused.
+func (r *Relay) ensureStream(ctx context.Context) (instance, error) {
+	want := r.c.streamConfig()
+	s, err := r.js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		s, err = r.js.CreateStream(ctx, want)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			s, err = r.js.Stream(ctx, want.Name) // another relay made it first
+		}
+	}
+	if err != nil {
+		var api *jetstream.APIError
+		if errors.As(err, &api) && api.Code == 400 {
+			return instance{}, fmt.Errorf("%w: stream %s: %w", errStreamRefused, want.Name, err)
+		}
+		return instance{}, fmt.Errorf("fanout: relay: make stream %s: %w", want.Name, err)
+	}
+	return instanceOf(s.CachedInfo()), nil
+}
+
+// instanceOf returns the instance of a stream described by si.
+func instanceOf(si *jetstream.StreamInfo) instance {
+	return instance{name: si.Config.Name, created: si.Created.Round(0)}
+}
+
+// streamInfo returns the stream's info, fresh from the broker.
+func streamInfo(ctx context.Context, js jetstream.JetStream, name string, wait time.Duration) (*jetstream.StreamInfo, error) {
+	ictx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	s, err := js.Stream(ictx, name)
+	if err != nil {
+		return nil, err
+	}
+	return s.CachedInfo(), nil
+}
