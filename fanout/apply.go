@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -33,7 +34,7 @@ type outBeat struct {
 }
 
 // handle handles one message of the table's subject, delivered at now.
-func (s *fsession[K]) handle(msg jetstream.Msg, now time.Time) error {
+func (s *fsession[K]) handle(ctx context.Context, msg jetstream.Msg, now time.Time) error {
 	md, err := msg.Metadata()
 	if err != nil {
 		return &failure{failStream, err}
@@ -52,6 +53,12 @@ func (s *fsession[K]) handle(msg jetstream.Msg, now time.Time) error {
 		if err != nil {
 			return &failure{failStream, err}
 		}
+		if s.f.pos.unread {
+			// The table's first message: everything up to it is in the read.
+			if err := s.readAt(ctx, seq, c.Epoch, c.Prev, c.Term); err != nil {
+				return err
+			}
+		}
 		return s.ctl(c, seq, now)
 	}
 	m, err := decodeTx(msg.Data())
@@ -62,7 +69,36 @@ func (s *fsession[K]) handle(msg jetstream.Msg, now time.Time) error {
 		return &failure{failSetup, fmt.Errorf("fanout: follower: a message on %s comes from database %s; this follower's is %s (%s): refused",
 			msg.Subject(), m.DB, db, s.f.db)}
 	}
+	if s.f.pos.unread {
+		// The table's first message, a reset or a transaction: it and
+		// everything before it are in the read.
+		if err := s.readAt(ctx, seq, m.Epoch, m.LSN, m.Term); err != nil {
+			return err
+		}
+		if m.Reset || m.Parts == 0 || m.Part == m.Parts-1 {
+			return nil
+		}
+	}
 	return s.tx(m, seq)
+}
+
+// readAt reads the table at the first message that came (see
+// Follower.readAt), and sends a new marker: the session's first one may
+// have gone into the database before the relay's slot existed, and would
+// never come back.
+func (s *fsession[K]) readAt(ctx context.Context, seq uint64, epoch string, lsn, term uint64) error {
+	if err := s.f.readAt(ctx, seq, epoch, lsn, term); err != nil {
+		return err
+	}
+	s.token = fmt.Sprintf("%x", rand.Uint64())
+	s.out, s.seq = nil, 0
+	s.markerSent = time.Now()
+	select {
+	case s.send <- "S " + s.token:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 // advance records that the guard reflects the stream up to seq.

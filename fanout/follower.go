@@ -88,6 +88,9 @@ type Follower[K comparable] struct {
 // position is where a Follower stands in the stream.
 type position struct {
 	valid bool
+	// unread: the table is to be read at the first message that comes
+	// (readAt), rather than now.
+	unread bool
 	mark
 	// skip is the snapshot of the last read of the table, until the
 	// session's marker is back: the transactions it saw are in the read,

@@ -153,7 +153,14 @@ func (e *env) startRelay(t *testing.T, name string, tables ...string) (*Relay, f
 	for _, tb := range tables {
 		st = append(st, postgres.SourceTable{Table: tb, Key: "id"})
 	}
-	r, err := NewRelay(e.dsn, name, e.nc, st, append([]Option{WithHeartbeat(50 * time.Millisecond), WithBackoff(20 * time.Millisecond), WithLogger(testLogger(t))}, e.opts...)...)
+	return e.startRelayWith(t, name, st, nil)
+}
+
+// startRelayWith is startRelay of tables with opts after the test's.
+func (e *env) startRelayWith(t *testing.T, name string, st []postgres.SourceTable, opts []Option) (*Relay, func()) {
+	t.Helper()
+	base := []Option{WithHeartbeat(50 * time.Millisecond), WithBackoff(20 * time.Millisecond), WithLogger(testLogger(t))}
+	r, err := NewRelay(e.dsn, name, e.nc, st, append(append(base, e.opts...), opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,6 +202,14 @@ func (e *env) startNode(t *testing.T, id, table string, opts ...Option) *node {
 // startNodeOn is startNode with the node's own NATS connection.
 func (e *env) startNodeOn(t *testing.T, nc *nats.Conn, id, table string, opts ...Option) *node {
 	t.Helper()
+	n := e.newNode(t, nc, id, table, opts...)
+	n.waitCurrent(t)
+	return n
+}
+
+// newNode starts a node on nc, and does not wait for it to follow.
+func (e *env) newNode(t *testing.T, nc *nats.Conn, id, table string, opts ...Option) *node {
+	t.Helper()
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, e.dsn)
 	if err != nil {
@@ -219,6 +234,7 @@ func (e *env) startNodeOn(t *testing.T, nc *nats.Conn, id, table string, opts ..
 	if len(e.relays) > 0 {
 		base = append(base, WithRelay(e.relays[len(e.relays)-1]))
 	}
+	base = append(base, WithLogger(testLogger(t)))
 	opts = append(append(base, e.opts...), opts...)
 	f, err := NewFollower(l, nc, e.dsn, table, "id", func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }, opts...)
 	if err != nil {
@@ -235,7 +251,6 @@ func (e *env) startNodeOn(t *testing.T, nc *nats.Conn, id, table string, opts ..
 		l.Close()
 		pool.Close()
 	})
-	n.waitCurrent(t)
 	return n
 }
 
@@ -317,3 +332,14 @@ func (n *node) insert(t *testing.T, ids ...int64) {
 		}
 	}
 }
+
+// tablesOf returns tables keyed by id.
+func tablesOf(tables ...string) []postgres.SourceTable {
+	var st []postgres.SourceTable
+	for _, tb := range tables {
+		st = append(st, postgres.SourceTable{Table: tb, Key: "id"})
+	}
+	return st
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

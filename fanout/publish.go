@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -24,8 +25,9 @@ type relayHandler struct {
 	lease  *lease
 	end    context.CancelCauseFunc // ends the term
 	tables []relayTable
-	routes map[string]int // control route: table
-	limit  int            // the largest message the stream takes
+	routes map[string]int           // control route: table
+	limit  int                      // the largest message the stream takes
+	in     atomic.Pointer[instance] // the stream's instance the session started in
 
 	// The messages published and not acknowledged yet, oldest first: the
 	// relay publishes ahead of the acknowledgements, a round trip to the
@@ -61,7 +63,8 @@ func (h *relayHandler) Start(ctx context.Context, st postgres.SourceStart) error
 	if err := h.fence(); err != nil {
 		return err
 	}
-	if _, err := h.r.ensureStream(ctx); err != nil {
+	in, err := h.r.ensureStream(ctx)
+	if err != nil {
 		if errors.Is(err, errStreamRefused) {
 			h.end(err) // Relay.Run returns it
 		}
@@ -75,6 +78,7 @@ func (h *relayHandler) Start(ctx context.Context, st postgres.SourceStart) error
 	if m := s.CachedInfo().Config.MaxMsgSize; m > 0 {
 		h.limit = min(h.limit, int(m))
 	}
+	h.in.Store(&in)
 	h.inFlight = nil // a session's: what the last one left unacknowledged it publishes again
 	h.tables = make([]relayTable, len(st.Tables))
 	h.routes = make(map[string]int, len(st.Tables))

@@ -137,6 +137,10 @@ func (r *Relay) Stats() RelayStats {
 		Published: r.publish.Load(), Resets: r.resets.Load(), Source: r.src.Stats(), LastError: last}
 }
 
+// errStreamGone ends a term whose stream was deleted or made again: the
+// next term makes it again and starts the tables' messages anew.
+var errStreamGone = errors.New("fanout: relay: the stream was deleted, or made again by another")
+
 // errLeaseLapsed ends a term whose lease may have lapsed by this process's
 // clock: another replica may hold it now.
 var errLeaseLapsed = errors.New("fanout: relay: the lease may have lapsed (this process did not renew it in time)")
@@ -147,7 +151,8 @@ var errLeaseLapsed = errors.New("fanout: relay: the lease may have lapsed (this 
 // publishes their changes until it loses the lease or ctx ends. It returns
 // an error at once for a setup that cannot work
 // (postgres.ErrLogicalUnavailable, postgres.ErrNotPublished,
-// postgres.ErrKeyNotIdentity, a stream the broker refuses to make).
+// postgres.ErrKeyNotIdentity, postgres.ErrSlotOfAnotherDatabase, a stream
+// the broker refuses to make).
 func (r *Relay) Run(ctx context.Context) error {
 	if ctx == nil {
 		return errors.New("fanout: Relay.Run: ctx is nil")
@@ -189,10 +194,27 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
+// streamGone reports whether the stream that h's session started in was
+// deleted or made again: a relay with nothing to publish would not notice.
+func (r *Relay) streamGone(ctx context.Context, h *relayHandler) bool {
+	started := h.in.Load()
+	if started == nil {
+		return false
+	}
+	si, err := streamInfo(ctx, r.js, r.c.stream, r.c.deadline)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return true
+	case err != nil:
+		return false // the broker is away: publishing fails, and tells
+	}
+	return !instanceOf(si).same(*started)
+}
+
 // permanent reports whether err is of a setup that cannot work.
 func permanent(err error) bool {
 	return errors.Is(err, postgres.ErrLogicalUnavailable) || errors.Is(err, postgres.ErrNotPublished) ||
-		errors.Is(err, postgres.ErrKeyNotIdentity) || errors.Is(err, errStreamRefused)
+		errors.Is(err, postgres.ErrKeyNotIdentity) || errors.Is(err, postgres.ErrSlotOfAnotherDatabase) || errors.Is(err, errStreamRefused)
 }
 
 // campaign tries to take the lease and, holding it, relays until it loses
@@ -213,16 +235,18 @@ func (r *Relay) campaign(ctx context.Context) (led bool, err error) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer end(nil)
-	wg.Go(func() { // the lease: renewed every heartbeat, or the term ends
+	h := &relayHandler{r: r, lease: l, end: end}
+	wg.Go(func() { // the lease, renewed every heartbeat, and the stream, looked at
 		t := time.NewTicker(r.c.heartbeat)
 		defer t.Stop()
 		for {
 			select {
 			case <-tctx.Done():
 				return
-			case now := <-t.C:
-				if !l.held(now) {
-					r.lapsed.Add(1)
+			case <-t.C:
+				// Now, not the tick's time: a process that was stopped
+				// finds a tick from before it stopped waiting.
+				if !l.held(time.Now()) {
 					end(errLeaseLapsed)
 					return
 				}
@@ -230,12 +254,18 @@ func (r *Relay) campaign(ctx context.Context) (led bool, err error) {
 					end(err)
 					return
 				}
+				if r.streamGone(tctx, h) {
+					end(errStreamGone)
+					return
+				}
 			}
 		}
 	})
-	h := &relayHandler{r: r, lease: l, end: end}
 	err = r.src.Run(tctx, h)
 	if cause := context.Cause(tctx); cause != nil && ctx.Err() == nil {
+		if errors.Is(cause, errLeaseLapsed) {
+			r.lapsed.Add(1)
+		}
 		return true, cause
 	}
 	return true, err

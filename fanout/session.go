@@ -66,19 +66,28 @@ func (f *Follower[K]) session(ctx context.Context) (followed time.Duration, err 
 			}
 		}
 		if !f.pos.valid {
-			if err := f.read(ctx, conn, in, rt); err != nil {
+			p, found, err := f.place(ctx, in, rt)
+			if err != nil {
+				return 0, err
+			}
+			if found {
+				err = f.read(ctx, conn, p)
+			} else {
+				p.valid, p.unread = true, true
+				f.pos = p
+			}
+			if err != nil {
 				return 0, err
 			}
 		}
 	}
-	f.pending = ""
 	subject := rt.subject(f.c.prefix)
 	cons, err := f.consume(ctx, subject)
 	if err != nil {
 		return 0, err
 	}
 	defer cons.stop()
-	s := &fsession[K]{f: f, token: fmt.Sprintf("%x", rand.Uint64()), send: make(chan string, 1)}
+	s := &fsession[K]{f: f, token: fmt.Sprintf("%x", rand.Uint64()), send: make(chan string, 2)}
 	sctx, endSend := context.WithCancelCause(ctx)
 	defer endSend(nil)
 	var wg sync.WaitGroup
@@ -124,7 +133,7 @@ func (f *Follower[K]) session(ctx context.Context) (followed time.Duration, err 
 		case err := <-cons.errs:
 			return s.followed(time.Now()), &failure{failStream, fmt.Errorf("fanout: follower: consume %s: %w", subject, err)}
 		case msg := <-cons.msgs:
-			msgErr = s.handle(msg, time.Now())
+			msgErr = s.handle(ctx, msg, time.Now())
 		case <-timer.C:
 		}
 		now := time.Now()
@@ -132,7 +141,7 @@ func (f *Follower[K]) session(ctx context.Context) (followed time.Duration, err 
 			return s.followed(now), msgErr
 		}
 		s.tick(now)
-		if f.c.snapWhen != nil && s.partial == nil && f.pos.skip == nil && postgres.State(f.state.Load()) == postgres.Following &&
+		if f.c.snapWhen != nil && s.partial == nil && f.pos.skip == nil && !f.pos.unread && postgres.State(f.state.Load()) == postgres.Following &&
 			now.Sub(lastSave) >= f.c.snapEvery && f.c.snapWhen() {
 			lastSave = now
 			if err := f.save(ctx, rt); err != nil {

@@ -3,6 +3,8 @@ package fanout
 import (
 	"encoding/json"
 	"math"
+
+	"github.com/cuckooguard/cuckooguard/postgres"
 )
 
 // split returns the parts of transaction m (Creates, Deletes and Tags
@@ -52,9 +54,13 @@ func split(m txMsg, limit int) []txMsg {
 			cur.Deletes = append(cur.Deletes, k)
 		}
 	}
-	for _, t := range m.Tags {
-		if room(tagSize(t)) {
-			cur.Tags = append(cur.Tags, t)
+	for _, tag := range m.Tags {
+		// A tag of many keys goes in pieces of whole records, each of
+		// which a part can hold.
+		for _, t := range postgres.SplitTag(tag, max(budget/4*3-3, 1)) {
+			if room(tagSize(t)) {
+				cur.Tags = append(cur.Tags, t)
+			}
 		}
 	}
 	parts = append(parts, cur)

@@ -13,6 +13,13 @@ import (
 // configuration: a setup that cannot work, which Relay.Run returns.
 var errStreamRefused = errors.New("fanout: the broker refuses the stream's configuration")
 
+// refusal are the codes of the broker's errors that mean the stream cannot
+// be made as configured, whatever the retries: an invalid configuration
+// (a duplicate window longer than the max age, 10052), replicas in a
+// server that is not clustered (10074), subjects that another stream holds
+// (10065), and no JetStream (10039, 10076).
+var refusal = map[jetstream.ErrorCode]bool{10052: true, 10074: true, 10065: true, 10039: true, 10076: true}
+
 // streamConfig is the configuration of the relay's stream.
 func (c *config) streamConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
@@ -38,7 +45,7 @@ func (r *Relay) ensureStream(ctx context.Context) (instance, error) {
 	}
 	if err != nil {
 		var api *jetstream.APIError
-		if errors.As(err, &api) && api.Code == 400 {
+		if errors.As(err, &api) && refusal[api.ErrorCode] {
 			return instance{}, fmt.Errorf("%w: stream %s: %w", errStreamRefused, want.Name, err)
 		}
 		return instance{}, fmt.Errorf("fanout: relay: make stream %s: %w", want.Name, err)

@@ -179,6 +179,12 @@ func NewSource(dsn, name string, tables []SourceTable, opts ...Option) (*Source,
 		log: c.logger.With(slog.Group("cuckooguard", slog.String("relay", name)))}, nil
 }
 
+// ErrSlotOfAnotherDatabase is returned by [Source.Run] when the slot its
+// name gives belongs to another database of the cluster: slot names are
+// the cluster's, so the relays of two databases of one cluster need
+// different names.
+var ErrSlotOfAnotherDatabase = errors.New("postgres: the relay's replication slot belongs to another database of the cluster (give the relays of each database their own name)")
+
 // WithSlotTakeover makes a [Source] end the connection that streams its
 // slot, if another one does when a session starts, instead of failing and
 // trying again: for a caller that holds a lease on the slot (the fanout
@@ -260,8 +266,9 @@ func (s *Source) Stats() SourceStats {
 
 // Run streams until ctx ends, reconnecting with backoff after failures,
 // and returns ctx.Err(). It returns at once an error that wraps
-// [ErrLogicalUnavailable] or [ErrNotPublished] if its first session finds
-// a setup that cannot work. A failed session is logged ([WithLogger])
+// [ErrLogicalUnavailable], [ErrNotPublished], [ErrKeyNotIdentity] or
+// [ErrSlotOfAnotherDatabase] if its first session finds a setup that
+// cannot work. A failed session is logged ([WithLogger])
 // when its reason differs from the last one's.
 func (s *Source) Run(ctx context.Context, h SourceHandler) error {
 	if ctx == nil || h == nil {
@@ -281,7 +288,7 @@ func (s *Source) Run(ctx context.Context, h SourceHandler) error {
 		}
 		s.failures.Add(1)
 		s.lastErr.Store(&err)
-		if first && (errors.Is(err, ErrLogicalUnavailable) || errors.Is(err, ErrNotPublished) || errors.Is(err, ErrKeyNotIdentity)) {
+		if first && (errors.Is(err, ErrLogicalUnavailable) || errors.Is(err, ErrNotPublished) || errors.Is(err, ErrKeyNotIdentity) || errors.Is(err, ErrSlotOfAnotherDatabase)) {
 			return err
 		}
 		d := b.next()

@@ -134,6 +134,14 @@ func (s *Source) startPoint(ctx context.Context, sender *pgx.Conn, rc *pgconn.Pg
 		s.Confirm(start.LSN)
 		return start, nil
 	}
+	var other string
+	err = sender.QueryRow(ctx, `SELECT database FROM pg_replication_slots WHERE slot_name = $1 AND database <> current_database()`, s.slot).Scan(&other)
+	switch {
+	case err == nil:
+		return start, failed(ReasonSetup, fmt.Errorf("%w: slot %s is of database %q", ErrSlotOfAnotherDatabase, s.slot, other))
+	case !errors.Is(err, pgx.ErrNoRows):
+		return start, failed(ReasonSlot, fmt.Errorf("postgres: relay: read slot %s: %w", s.slot, err))
+	}
 	if err := dropSlot(ctx, sender, s.slot); err != nil {
 		return start, failed(ReasonSlot, err)
 	}

@@ -1,0 +1,118 @@
+package fanout
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// relayProcessEnv carries what TestRelayProcess needs: the
+// DSN, the NATS URL, the test's id and the relay's name, tab-separated.
+const relayProcessEnv = "CUCKOOGUARD_TEST_RELAY_PROCESS"
+
+// TestRelayProcess is not a test: it is the relay of TestHungRelay, in a
+// process of its own that can be stopped. It relays until SIGTERM, then
+// prints its statistics.
+func TestRelayProcess(t *testing.T) {
+	args := strings.Split(os.Getenv(relayProcessEnv), "\t")
+	if len(args) != 4 {
+		t.Skip("the relay process of TestHungRelay")
+	}
+	dsn, url, id, name := args[0], args[1], args[2], args[3]
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	r, err := NewRelay(dsn, name, nc, tablesOf("users"), WithStream("CG_"+id), WithSubjectPrefix("cg"+id), WithHeartbeat(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	r.Run(ctx)
+	st := r.Stats()
+	fmt.Printf("relay process: terms=%d lapsed=%d published=%d last_error=%v\n", st.Terms, st.Lapsed, st.Published, st.LastError)
+}
+
+// TestHungRelay stops the relay's process (SIGSTOP) for 3 s: its lease
+// lapses, another replica's relay takes the lease and the slot, and the
+// replica follows again while the first is still stopped. When the first
+// wakes up it finds its lease lapsed and publishes nothing more. No wrong
+// 404 throughout.
+func TestHungRelay(t *testing.T) {
+	e := newEnv(t)
+	e.table(t, "users", 500)
+	name := "r_hung"
+	e.relays = append(e.relays, name)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRelayProcess$")
+	cmd.Env = append(os.Environ(), relayProcessEnv+"="+strings.Join([]string{e.dsn, os.Getenv("CUCKOOGUARD_NATS_URL"), e.id, name}, "\t"))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	ended := false
+	end := func() {
+		if ended {
+			return
+		}
+		ended = true
+		cmd.Process.Signal(syscall.SIGCONT)
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+			t.Errorf("the relay process did not end within 10 s of SIGTERM")
+		}
+	}
+	t.Cleanup(end)
+	a := e.startNode(t, "a", "users") // through the process's relay, the only one
+	other, _ := e.startRelay(t, name, "users")
+	l := startLoad(t, e, []*node{a}, staleBound)
+	time.Sleep(300 * time.Millisecond)
+	if other.Leading() {
+		t.Fatal("the second relay leads before the first stopped")
+	}
+	stopped := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := stopped.Add(15 * time.Second); !other.Leading(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("nobody took over from the stopped relay within 15 s: %+v", other.Stats())
+		}
+	}
+	tookOver := time.Since(stopped)
+	a.waitCurrent(t)
+	following := time.Since(stopped)
+	time.Sleep(3*time.Second - time.Since(stopped))
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the first relay wakes up and looks at its lease
+	l.halt()
+	end()
+	t.Logf("relay stopped for 3 s: another took over after %v, the replica followed again after %v; %d Gets, %d while passing through, %d wrong 404s; replica %+v",
+		tookOver.Round(time.Millisecond), following.Round(time.Millisecond), l.gets.Load(), l.passing.Load(), l.wrong.Load(), a.f.Stats())
+	t.Logf("%s", bytes.TrimSpace(out.Bytes()))
+	// Woken, it finds its lease lapsed by its own clock, or the server
+	// already ended the lease's session: either way its term is over.
+	if !strings.Contains(out.String(), "lapsed=1") && !strings.Contains(out.String(), "idle-in-transaction timeout") {
+		t.Errorf("the stopped relay did not find its lease gone when it woke: %s", out.String())
+	}
+	expectNoWrong404s(t, a, "after a hung relay")
+}
