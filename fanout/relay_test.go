@@ -42,7 +42,9 @@ func TestReadSeesWhatTheStreamCarries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(func() { e.exec(t, `ALTER SYSTEM RESET synchronous_standby_names`, `ALTER SYSTEM RESET synchronous_commit`, `SELECT pg_reload_conf()`) })
+	t.Cleanup(func() {
+		e.exec(t, `ALTER SYSTEM RESET synchronous_standby_names`, `ALTER SYSTEM RESET synchronous_commit`, `SELECT pg_reload_conf()`)
+	})
 	time.Sleep(200 * time.Millisecond) // the reload reaches every backend
 	waiter, err := pgx.Connect(ctx, e.dsn)
 	if err != nil {
