@@ -15,31 +15,57 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// relayProcessEnv carries what TestRelayProcess needs: the
-// DSN, the NATS URL, the test's id and the relay's name, tab-separated.
+// relayProcessEnv carries what TestRelayProcess needs, tab-separated: the
+// DSN, the NATS URL, the test's id, the relay's name, and its heartbeat
+// ("" for the default).
 const relayProcessEnv = "CUCKOOGUARD_TEST_RELAY_PROCESS"
 
-// TestRelayProcess is not a test: it is the relay of TestHungRelay, in a
-// process of its own that can be stopped. It relays until SIGTERM, then
-// prints its statistics.
+// TestRelayProcess is not a test: it is a relay in a process of its own,
+// that a test can stop or kill (TestHungRelay, TestFaultsTable). It relays
+// until SIGTERM, printing "leading" and "following" as it takes and loses
+// the lease, then prints its statistics.
 func TestRelayProcess(t *testing.T) {
 	args := strings.Split(os.Getenv(relayProcessEnv), "\t")
-	if len(args) != 4 {
-		t.Skip("the relay process of TestHungRelay")
+	if len(args) != 5 {
+		t.Skip("a relay in a process of its own, for other tests")
 	}
 	dsn, url, id, name := args[0], args[1], args[2], args[3]
+	opts := []Option{WithStream("CG_" + id), WithSubjectPrefix("cg" + id)}
+	if args[4] != "" {
+		hb, err := time.ParseDuration(args[4])
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts = append(opts, WithHeartbeat(hb))
+	}
 	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	r, err := NewRelay(dsn, name, nc, tablesOf("users"), WithStream("CG_"+id), WithSubjectPrefix("cg"+id), WithHeartbeat(50*time.Millisecond))
+	r, err := NewRelay(dsn, name, nc, tablesOf("users"), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		leading := false
+		for tick := time.NewTicker(time.Millisecond); ctx.Err() == nil; <-tick.C {
+			if l := r.Leading(); l != leading {
+				leading = l
+				if l {
+					fmt.Println("leading")
+				} else {
+					fmt.Println("following")
+				}
+			}
+		}
+	}()
 	r.Run(ctx)
+	<-done
 	st := r.Stats()
 	fmt.Printf("relay process: terms=%d lapsed=%d published=%d last_error=%v\n", st.Terms, st.Lapsed, st.Published, st.LastError)
 }
@@ -55,7 +81,7 @@ func TestHungRelay(t *testing.T) {
 	name := "r_hung"
 	e.relays = append(e.relays, name)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRelayProcess$")
-	cmd.Env = append(os.Environ(), relayProcessEnv+"="+strings.Join([]string{e.dsn, os.Getenv("CUCKOOGUARD_NATS_URL"), e.id, name}, "\t"))
+	cmd.Env = append(os.Environ(), relayProcessEnv+"="+strings.Join([]string{e.dsn, os.Getenv("CUCKOOGUARD_NATS_URL"), e.id, name, "50ms"}, "\t"))
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {

@@ -154,10 +154,19 @@ func TestTwoDatabases(t *testing.T) {
 	o.startRelay(t, "r_two_b", "users")
 	a := e.startNode(t, "a", "users")
 	b := o.startNode(t, "b", "users")
-	e.exec(t, `INSERT INTO users SELECT g, 'a' FROM generate_series(1001, 1050) g`)
-	o.exec(t, `INSERT INTO users SELECT g, 'b' FROM generate_series(6001, 6050) g`)
+	// Transactions of both, one after the other: neither replica may take
+	// the other's for its own (read the table again, skip them as old).
+	for i := range 50 {
+		e.exec(t, fmt.Sprintf(`INSERT INTO users VALUES (%d, 'a')`, 1001+i))
+		o.exec(t, fmt.Sprintf(`INSERT INTO users VALUES (%d, 'b')`, 6001+i))
+	}
 	expectNoWrong404s(t, a, "database A")
 	expectNoWrong404s(t, b, "database B")
+	for _, n := range []*node{a, b} {
+		if st := n.f.Stats(); len(st.Reads) != 1 || st.Reads[readStart] != 1 {
+			t.Errorf("%s read its table for %v: another database's messages are not its own", n.id, st.Reads)
+		}
+	}
 	// A relay of the second database under the first one's name would
 	// take the first one's slot, whose name is the cluster's: it refuses.
 	r, err := NewRelay(o.dsn, "r_two_a", e.nc, tablesOf("users"), o.opts...)
@@ -375,8 +384,8 @@ func TestTwoRelaysOneTable(t *testing.T) {
 }
 
 // TestRunReturnsPromptly ends the contexts of a relay and a follower
-// whose NATS connection goes nowhere (a broker that hangs): both Run
-// return within a second.
+// whose stream was deleted and whose NATS connection then goes nowhere (a
+// broker that hangs): both Run return within a second.
 func TestRunReturnsPromptly(t *testing.T) {
 	e := newEnv(t)
 	e.table(t, "users", 10)
@@ -410,6 +419,10 @@ func TestRunReturnsPromptly(t *testing.T) {
 	}
 	go func() { followerDone <- f.Run(fctx) }()
 	time.Sleep(500 * time.Millisecond)
+	if err := e.jsOf(t).DeleteStream(context.Background(), "CG_"+e.id); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
 	p.Stall()
 	time.Sleep(500 * time.Millisecond)
 	begin := time.Now()

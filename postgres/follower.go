@@ -148,8 +148,8 @@ func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, p
 		return nil, err
 	}
 	if c.heartbeat > 0 {
-		c.deadline = cmp.Or(c.deadline, 3*c.heartbeat)
-		c.maxLag = cmp.Or(c.maxLag, 2*c.heartbeat)
+		c.deadline = cmp.Or(c.deadline, max(3*c.heartbeat, DefaultHeartbeatDeadline))
+		c.maxLag = cmp.Or(c.maxLag, c.heartbeat*3/2)
 	}
 	switch {
 	case loader == nil || parse == nil || table == "" || keyColumn == "":

@@ -33,7 +33,16 @@ type config struct {
 // Defaults of the Follower options.
 const (
 	// DefaultHeartbeat is how often a Follower sends itself a heartbeat.
-	DefaultHeartbeat = time.Second
+	// With the default max lag it bounds how old a committed row can be
+	// and still read absent on a following replica: under the max lag plus
+	// a heartbeat, 250 ms.
+	DefaultHeartbeat = 100 * time.Millisecond
+	// DefaultMaxLag is the max lag with the default heartbeat: 1.5
+	// heartbeats.
+	DefaultMaxLag = 150 * time.Millisecond
+	// DefaultHeartbeatDeadline is the shortest default heartbeat deadline:
+	// it is three heartbeats, or this if longer.
+	DefaultHeartbeatDeadline = time.Second
 	// DefaultBackoff is the first reconnect delay.
 	DefaultBackoff = 100 * time.Millisecond
 	// DefaultSnapshotInterval is how often a Follower with a snapshot file
@@ -74,7 +83,8 @@ func WithHeartbeat(d time.Duration) Option {
 // all while a heartbeat is out before the Follower gives the connection
 // up: it invalidates the Loader (every lookup passes through), drops the
 // connection and reconnects. It also bounds connecting and the first
-// heartbeat of a session. The default is 3× the heartbeat interval.
+// heartbeat of a session. The default is 3× the heartbeat interval, or
+// [DefaultHeartbeatDeadline] if that is longer.
 func WithHeartbeatDeadline(d time.Duration) Option {
 	return func(c *config) { c.deadline = d }
 }
@@ -85,8 +95,10 @@ func WithHeartbeatDeadline(d time.Duration) Option {
 // measured on this process's clock alone: the round trip of the last
 // heartbeat, or the age of the oldest heartbeat not back yet, whichever is
 // larger (changes arrive in commit order, so a heartbeat waits behind
-// every change committed before it). The default is 2× the heartbeat
-// interval.
+// every change committed before it). The default is 1.5× the heartbeat
+// interval ([DefaultMaxLag] with the default heartbeat). A committed row
+// can read absent on a following replica for at most about the max lag
+// plus a heartbeat.
 func WithMaxLag(d time.Duration) Option {
 	return func(c *config) { c.maxLag = d }
 }

@@ -78,7 +78,7 @@ func TestFollowerBackoffAfterHealthySessions(t *testing.T) {
 		kills     = 6
 	)
 	dsn := setupUsers(t, 100)
-	r := startReplicaVia(t, dsn, dsn, "A", WithBackoff(first), WithHeartbeat(heartbeat))
+	r := startReplicaVia(t, dsn, dsn, "A", WithBackoff(first), WithHeartbeat(heartbeat), WithHeartbeatDeadline(3*heartbeat))
 	admin, err := pgx.Connect(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)

@@ -151,7 +151,7 @@ func NewSource(dsn, name string, tables []SourceTable, opts ...Option) (*Source,
 		return nil, err
 	}
 	if c.heartbeat > 0 {
-		c.deadline = cmp.Or(c.deadline, 3*c.heartbeat)
+		c.deadline = cmp.Or(c.deadline, max(3*c.heartbeat, DefaultHeartbeatDeadline))
 	}
 	switch {
 	case name == "" || len(tables) == 0:
