@@ -1,6 +1,6 @@
 // Package compare compares the guard with peer approximate-membership filters
 // on the same keys in the same run. The package holds the filter adapters
-// and the key sets; the benchmarks are in compare_test.go.
+// and the key sets; the benchmarks are in compare_test.go and scale_test.go.
 //
 // Every filter is used through the [Filter] interface, so every one pays
 // the same interface call per operation.

@@ -6,7 +6,7 @@ import "testing"
 // they are safe for concurrent use are filled and checked from several
 // goroutines (concurrent), so that no filter that needs a lock is.
 func TestConcurrentMarker(t *testing.T) {
-	for _, im := range Impls {
+	for _, im := range append([]Impl{guardGrow}, Impls...) {
 		_, marked := im.New(1024).(concurrent)
 		if marked != im.Concurrent {
 			t.Errorf("%s: implements concurrent: %v, want Impl.Concurrent = %v", im.Name, marked, im.Concurrent)
