@@ -1,15 +1,17 @@
 // Package compare compares the guard with peer approximate-membership filters
 // on the same keys in the same run. The package holds the filter adapters
-// and the key sets; the benchmarks are in compare_test.go.
+// and the key sets; the benchmarks are in compare_test.go and scale_test.go.
 //
 // Every filter is used through the [Filter] interface, so every one pays
 // the same interface call per operation.
 package compare
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	bloom "github.com/bits-and-blooms/bloom/v3"
 	"github.com/greatroar/blobloom"
@@ -322,35 +324,63 @@ func (k *Keys) Absent(i int) []byte {
 	return k.absent[i*KeySize : i*KeySize+KeySize : i*KeySize+KeySize]
 }
 
-// NewKeys makes the key set for n.
+// NewKeys makes the key set for n, on every CPU.
 func NewKeys(n int) *Keys {
 	k := &Keys{N: n, present: make([]byte, n*KeySize), absent: make([]byte, n*KeySize)}
-	for i := range n {
-		PutKey(k.present[i*KeySize:], presentBase+uint64(i))
-		PutKey(k.absent[i*KeySize:], absentBase+uint64(i))
-	}
+	inParallel(n, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			PutKey(k.present[i*KeySize:], presentBase+uint64(i))
+			PutKey(k.absent[i*KeySize:], absentBase+uint64(i))
+		}
+	})
 	return k
 }
 
-// Fill adds keys' present keys to f, and returns an error if one is refused.
+// Fill adds keys' present keys to f, and returns an error if one is
+// refused. A filter safe for concurrent use is filled from every CPU at
+// once, in ranges of keys (see inParallel), the others in key order.
 func Fill(f Filter, keys *Keys) error {
-	for i := range keys.N {
-		if !f.Add(keys.Present(i)) {
-			return fmt.Errorf("add of present key %d of %d refused", i, keys.N)
+	add := func(lo, hi int) error {
+		for i := lo; i < hi; i++ {
+			if !f.Add(keys.Present(i)) {
+				return fmt.Errorf("add of present key %d of %d refused", i, keys.N)
+			}
 		}
+		return nil
 	}
-	return nil
+	if _, ok := f.(concurrent); !ok {
+		return add(0, keys.N)
+	}
+	var mu sync.Mutex
+	var first error
+	inParallel(keys.N, func(lo, hi int) {
+		if err := add(lo, hi); err != nil {
+			mu.Lock()
+			first = cmp.Or(first, err)
+			mu.Unlock()
+		}
+	})
+	return first
 }
 
-// FalseNegatives returns how many of keys' present keys f reports absent.
+// FalseNegatives returns how many of keys' present keys f reports absent,
+// looking them up from every CPU if f is safe for concurrent use.
 func FalseNegatives(f Filter, keys *Keys) int {
-	miss := 0
-	for i := range keys.N {
-		if !f.Contains(keys.Present(i)) {
-			miss++
+	miss := func(lo, hi int) int {
+		m := 0
+		for i := lo; i < hi; i++ {
+			if !f.Contains(keys.Present(i)) {
+				m++
+			}
 		}
+		return m
 	}
-	return miss
+	if _, ok := f.(concurrent); !ok {
+		return miss(0, keys.N)
+	}
+	var total atomic.Int64
+	inParallel(keys.N, func(lo, hi int) { total.Add(int64(miss(lo, hi))) })
+	return int(total.Load())
 }
 
 // MeasureFPR returns the fraction of the first min(m, keys.N) absent keys
