@@ -69,8 +69,8 @@ func (fl *fleet) waitCurrent(t *testing.T, limit time.Duration) time.Duration {
 }
 
 // startFleet starts n replicas of users in mode "direct" or "relay", with
-// the default heartbeat, and waits until they all follow.
-func (e *env) startFleet(t *testing.T, mode string, n int) *fleet {
+// the default heartbeat, or hb if not 0, and waits until they all follow.
+func (e *env) startFleet(t *testing.T, mode string, n int, hb time.Duration) *fleet {
 	t.Helper()
 	ctx := context.Background()
 	fl := &fleet{}
@@ -110,6 +110,9 @@ func (e *env) startFleet(t *testing.T, mode string, n int) *fleet {
 			// Snapshots saved by the relay's replica, once a minute: the
 			// deployment the README suggests.
 			opts := append(slices.Clone(e.opts), WithOrigin(fmt.Sprintf("m%d", i)), WithRelay("measure"), WithSnapshots(e.bucket(), time.Minute, relay.Leading))
+			if hb != 0 {
+				opts = append(opts, WithHeartbeat(hb))
+			}
 			f, err := NewFollower(l, e.nc, e.dsn, "users", "id", parse, opts...)
 			if err != nil {
 				t.Fatal(err)
@@ -118,7 +121,11 @@ func (e *env) startFleet(t *testing.T, mode string, n int) *fleet {
 			fl.current = append(fl.current, func() (postgres.State, time.Time) { st := f.Stats(); return st.State, st.CurrentAsOf })
 		} else {
 			// No origin: a temporary slot, gone with the session.
-			f, err := postgres.NewFollower(l, e.dsn, "users", "id", parse)
+			var popts []postgres.Option
+			if hb != 0 {
+				popts = append(popts, postgres.WithHeartbeat(hb))
+			}
+			f, err := postgres.NewFollower(l, e.dsn, "users", "id", parse, popts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -248,8 +255,10 @@ func expectFleetComplete(t *testing.T, db *pgx.Conn, fl *fleet) {
 
 // TestFanoutCost is the cost goal of the fan-out issue, side by side in
 // one run: 1 and 8 replicas of users, following directly (a slot each)
-// and through the relay. For each: the walsenders and active slots, the
-// walsenders' CPU at a fixed 2,000 inserts/s into users, the lag from an
+// and through the relay, with the default heartbeat, and 8 through the
+// relay with the old default of 1 s (what the tighter heartbeat costs).
+// For each: the walsenders and active slots, the walsenders' CPU and all
+// of the server's at a fixed 2,000 inserts/s into users, the lag from an
 // INSERT to every replica's guard meanwhile, the most inserts per second
 // into plain (a table nobody follows), and how long the replicas take to
 // be current after the most inserts per second into users. Every
@@ -275,18 +284,23 @@ func TestFanoutCost(t *testing.T) {
 		rounds = n
 	}
 	type result struct {
-		wcpu, plain []float64
-		lags        []time.Duration
+		wcpu, scpu, plain []float64
+		lags              []time.Duration
 	}
 	results := map[string]*result{}
 	probeID := int64(1) << 50
 	for round := range rounds {
-		for _, mode := range []string{"direct", "relay"} {
-			for _, n := range []int{1, 8} {
-				fl := e.startFleet(t, mode, n)
+		for _, run := range []struct {
+			mode string
+			n    int
+			hb   time.Duration
+		}{{"direct", 1, 0}, {"direct", 8, 0}, {"relay", 1, 0}, {"relay", 8, 0}, {"relay", 8, time.Second}} {
+			mode, n := run.mode, run.n
+			{
+				fl := e.startFleet(t, mode, n, run.hb)
 				pids, slots := walsenderPIDs(t, db)
 				// A fixed write rate, with a lag probe beside it.
-				before, self := 0.0, loadgen.CPUSeconds(os.Getpid())
+				before, self, server := 0.0, loadgen.CPUSeconds(os.Getpid()), loadgen.ServerCPUSeconds()
 				for _, p := range pids {
 					before += loadgen.CPUSeconds(p)
 				}
@@ -304,7 +318,7 @@ func TestFanoutCost(t *testing.T) {
 				for _, p := range pids {
 					after += loadgen.CPUSeconds(p)
 				}
-				wcpu, fcpu := (after-before)/d.Seconds(), (loadgen.CPUSeconds(os.Getpid())-self)/d.Seconds()
+				wcpu, fcpu, scpu := (after-before)/d.Seconds(), (loadgen.CPUSeconds(os.Getpid())-self)/d.Seconds(), (loadgen.ServerCPUSeconds()-server)/d.Seconds()
 				// The most inserts into a table nobody follows.
 				plain, err := loadgen.Inserts(srv, t.TempDir(), "plain", 16, d)
 				if err != nil {
@@ -317,14 +331,17 @@ func TestFanoutCost(t *testing.T) {
 				}
 				catchUp := fl.waitCurrent(t, 5*time.Minute)
 				key := fmt.Sprintf("%s %d", mode, n)
+				if run.hb != 0 {
+					key += " hb " + run.hb.String()
+				}
 				r := results[key]
 				if r == nil {
 					r = &result{}
 					results[key] = r
 				}
-				r.wcpu, r.plain, r.lags = append(r.wcpu, wcpu), append(r.plain, plain), append(r.lags, lags...)
-				t.Logf("round %d, %d replicas %s: %d walsenders, %d active slots; at %.0f inserts/s into users: walsenders %.3f cores, this process %.3f cores, lag p50 %v p99 %v (%d probes × replicas); most inserts/s into plain %.0f; into users %.0f, all replicas current %v after",
-					round+1, n, mode, len(pids), slots, tps, wcpu, fcpu, percentile(lags, 50).Round(10*time.Microsecond), percentile(lags, 99).Round(10*time.Microsecond), len(lags), plain, full, catchUp.Round(time.Millisecond))
+				r.wcpu, r.scpu, r.plain, r.lags = append(r.wcpu, wcpu), append(r.scpu, scpu), append(r.plain, plain), append(r.lags, lags...)
+				t.Logf("round %d, %s: %d walsenders, %d active slots; at %.0f inserts/s into users: walsenders %.3f cores, the whole server %.3f cores, this process %.3f cores, lag p50 %v p99 %v (%d probes × replicas); most inserts/s into plain %.0f; into users %.0f, all replicas current %v after",
+					round+1, key, len(pids), slots, tps, wcpu, scpu, fcpu, percentile(lags, 50).Round(10*time.Microsecond), percentile(lags, 99).Round(10*time.Microsecond), len(lags), plain, full, catchUp.Round(time.Millisecond))
 				expectFleetComplete(t, db, fl)
 				fl.stop()
 				// The next fleet starts once this one's walsenders are gone.
@@ -350,6 +367,9 @@ func TestFanoutCost(t *testing.T) {
 			percentile(one.lags, 50).Round(10*time.Microsecond), percentile(one.lags, 99).Round(10*time.Microsecond),
 			percentile(eight.lags, 50).Round(10*time.Microsecond), percentile(eight.lags, 99).Round(10*time.Microsecond))
 	}
+	tight, loose := results["relay 8"], results["relay 8 hb 1s"]
+	t.Logf("8 replicas through the relay, heartbeat %v against 1 s: the whole server %.3f / %.3f cores at %d inserts/s (+%.3f); most inserts/s into plain %.0f / %.0f = %.2fx",
+		DefaultHeartbeat, mean(tight.scpu), mean(loose.scpu), rate, mean(tight.scpu)-mean(loose.scpu), mean(tight.plain), mean(loose.plain), mean(tight.plain)/mean(loose.plain))
 }
 
 // TestColdStartTenMillion is the cold-start goal of the fan-out issue: a

@@ -106,22 +106,40 @@ func TestBrokerLosesItsStorage(t *testing.T) {
 	expectNoWrong404s(t, a, "after the broker lost its storage")
 }
 
-// TestBrokerOutage stops nats-server for 2 s and starts it again with its
-// storage: the replica passes through within its max lag, and follows
+// TestBrokerOutage cuts a replica with the default settings off the
+// broker for 5 s twice: silently (its packets go nowhere, its connection
+// stays open), then loudly (nats-server down, and up again with its
+// storage). Either way it passes through within its max lag, and follows
 // again once the broker is back.
 func TestBrokerOutage(t *testing.T) {
 	e := newEnv(t)
 	e.table(t, "users", 500)
 	e.startRelay(t, "r_outage", "users")
-	a := e.startNode(t, "a", "users")
+	p, err := tcpproxy.Start(strings.TrimPrefix(os.Getenv("CUCKOOGUARD_NATS_URL"), "nats://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	nc, err := nats.Connect("nats://"+p.Addr(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	a := e.startNodeOn(t, nc, "a", "users", WithHeartbeat(DefaultHeartbeat), WithMaxLag(DefaultMaxLag))
 	l := startLoad(t, e, []*node{a}, staleBound)
-	time.Sleep(300 * time.Millisecond)
-	restartNATS(t, "keep", "2")
+	time.Sleep(time.Second)
+	p.Stall()
+	time.Sleep(5 * time.Second)
+	p.Resume()
+	a.waitCurrent(t)
+	t.Logf("silent outage: %d Gets, %d while passing through, %d wrong 404s", l.gets.Load(), l.passing.Load(), l.wrong.Load())
+	time.Sleep(time.Second)
+	restartNATS(t, "keep", "5")
 	a.waitCurrent(t)
 	time.Sleep(300 * time.Millisecond)
 	l.halt()
-	t.Logf("%d Gets, %d while passing through, %d wrong 404s; %+v", l.gets.Load(), l.passing.Load(), l.wrong.Load(), a.f.Stats())
-	expectNoWrong404s(t, a, "after a 2 s broker outage")
+	t.Logf("and the server down: %d Gets, %d while passing through, %d wrong 404s; %+v", l.gets.Load(), l.passing.Load(), l.wrong.Load(), a.f.Stats())
+	expectNoWrong404s(t, a, "after 5 s broker outages")
 }
 
 // saveAndStop starts a node that saves its guard, waits for a save, and

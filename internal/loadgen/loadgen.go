@@ -72,3 +72,27 @@ func CPUSeconds(pid int) float64 {
 	stime, _ := strconv.ParseFloat(fields[12], 64)
 	return (utime + stime) / 100 // USER_HZ
 }
+
+// ServerCPUSeconds returns the CPU time that every process named postgres
+// on this machine has used, from /proc, with the CPU time of those that
+// exited while they were counted: the cost of a workload to a local
+// server, between two calls, as long as no backend exits between them.
+func ServerCPUSeconds() float64 {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	total := 0.0
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err != nil || strings.TrimSpace(string(comm)) != "postgres" {
+			continue
+		}
+		total += CPUSeconds(pid)
+	}
+	return total
+}
