@@ -229,7 +229,7 @@ func TestLoadTest(t *testing.T) {
 	if err := loadTestCmd([]string{"-rows", "1000", "-duration", "200ms", "-rounds", "2", "-workers", "2"}, &out); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	for _, want := range []string{"without guard  with guard", "calls/s, each round", "unknown ids, p99 (µs)", "answered by the guard"} {
+	for _, want := range []string{"without guard  with guard", "calls/s, median of the rounds", "unknown ids, p50 / p99 (µs)", "answered by the guard"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}

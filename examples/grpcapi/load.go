@@ -253,30 +253,47 @@ func loadTestCmd(args []string, w io.Writer) error {
 	row := func(name string, f func(*target) string) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", name, f(without), f(with))
 	}
-	row("calls/s, each round", func(t *target) string {
-		var s []string
-		for _, r := range t.runs {
-			s = append(s, fmt.Sprintf("%.0f", r.rate()))
+	median := func(t *target) float64 {
+		r := make([]float64, len(t.runs))
+		for i, run := range t.runs {
+			r[i] = run.rate()
 		}
-		return strings.Join(s, " / ")
+		slices.Sort(r)
+		if n := len(r); n%2 == 0 {
+			return (r[n/2-1] + r[n/2]) / 2
+		}
+		return r[len(r)/2]
+	}
+	row("calls/s, median of the rounds", func(t *target) string {
+		if t == with {
+			return fmt.Sprintf("%.0f (%+.0f%%)", median(t), 100*(median(with)/median(without)-1))
+		}
+		return fmt.Sprintf("%.0f", median(t))
 	})
-	lat := func(known bool, q float64) func(*target) string {
+	row("calls/s, lowest – highest", func(t *target) string {
+		lo, hi := t.runs[0].rate(), t.runs[0].rate()
+		for _, r := range t.runs {
+			lo, hi = min(lo, r.rate()), max(hi, r.rate())
+		}
+		return fmt.Sprintf("%.0f – %.0f", lo, hi)
+	})
+	// Latencies of every round together.
+	lat := func(known bool) func(*target) string {
 		return func(t *target) string {
-			var s []string
+			var all []time.Duration
 			for _, r := range t.runs {
-				l := r.Unknown
 				if known {
-					l = r.Known
+					all = append(all, r.Known...)
+				} else {
+					all = append(all, r.Unknown...)
 				}
-				s = append(s, fmt.Sprintf("%d", percentile(l, q).Microseconds()))
 			}
-			return strings.Join(s, " / ")
+			slices.Sort(all)
+			return fmt.Sprintf("%d / %d", percentile(all, 0.5).Microseconds(), percentile(all, 0.99).Microseconds())
 		}
 	}
-	row("known ids, p50 (µs)", lat(true, 0.5))
-	row("known ids, p99 (µs)", lat(true, 0.99))
-	row("unknown ids, p50 (µs)", lat(false, 0.5))
-	row("unknown ids, p99 (µs)", lat(false, 0.99))
+	row("known ids, p50 / p99 (µs)", lat(true))
+	row("unknown ids, p50 / p99 (µs)", lat(false))
 	row("database queries", func(t *target) string { return fmt.Sprint(queries[t]) })
 	row("answered by the guard", func(t *target) string {
 		if t == with {
