@@ -68,5 +68,5 @@
 //
 // and for Connect:
 //
-//	path, h := usersv1connect.NewUserServiceHandler(svc, connect.WithInterceptors(ic))
+//	path, handler := usersv1connect.NewUserServiceHandler(svc, connect.WithInterceptors(ic))
 package rpcguard

@@ -3,7 +3,6 @@ package rpcguard
 import (
 	"errors"
 	"fmt"
-	"reflect"
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -78,18 +77,4 @@ func FromGuard(err error) bool {
 func isGuardInfo(v any) bool {
 	info, ok := v.(*errdetails.ErrorInfo)
 	return ok && info.GetReason() == ErrorReason && info.GetDomain() == ErrorDomain
-}
-
-// isNil reports whether v is nil or holds a nil pointer, func, map or
-// channel: an argument that would panic at the first request rather than
-// now.
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	switch rv := reflect.ValueOf(v); rv.Kind() {
-	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Chan:
-		return rv.IsNil()
-	}
-	return false
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -78,7 +79,7 @@ type method[K comparable] struct {
 	rejected, passed, missingKey, falsePos *xsync.Counter
 }
 
-// Var assertions: an Interceptor is a Connect interceptor.
+// An Interceptor is a Connect interceptor.
 var _ connect.Interceptor = (*Interceptor[int64])(nil)
 
 // New returns an Interceptor that asks f about the keys of the methods in
@@ -346,4 +347,18 @@ func (c *replayConn) Receive(m any) error {
 		return connect.NewError(connect.CodeInternal, err)
 	}
 	return nil
+}
+
+// isNil reports whether v is nil or holds a nil pointer, func, map or
+// channel: an argument that would panic at the first request rather than
+// now.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Chan:
+		return rv.IsNil()
+	}
+	return false
 }
