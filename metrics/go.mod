@@ -13,20 +13,25 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	go.uber.org/goleak v1.3.0
+	google.golang.org/grpc v1.85.0
 )
 
 require (
+	connectrpc.com/connect v1.21.1 // indirect
 	github.com/klauspost/compress v1.20.1 // indirect
 	github.com/nats-io/nats.go v1.55.0 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	golang.org/x/crypto v0.57.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 )
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/cuckooguard/cuckooguard/fanout v0.0.0-00010101000000-000000000000
+	github.com/cuckooguard/cuckooguard/rpcguard v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgio v1.0.0 // indirect
 	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
@@ -46,3 +51,5 @@ require (
 )
 
 replace github.com/cuckooguard/cuckooguard/fanout => ../fanout
+
+replace github.com/cuckooguard/cuckooguard/rpcguard => ../rpcguard

@@ -1,0 +1,72 @@
+// Package rpcguard implements gRPC and Connect interceptors that answer
+// NotFound for requests whose key a guard knows is absent, before the
+// handler (and its database query) runs, and sets the grpc.health.v1
+// status of a server from the guard's readiness. It is what package
+// middleware is to net/http handlers, for google.golang.org/grpc and
+// connectrpc.com/connect services, and a module of its own, so that users
+// of the core build no gRPC code.
+//
+// An [Interceptor] guards the methods it is given, each with the way its
+// key is taken from the request message: a field named by its protobuf
+// name ([Field]) or a function of the caller's ([Func]), both checked
+// against the method's request type when [New] makes the Interceptor. For
+// a request of a guarded method it asks a [Filter] (a *guarded.Loader, or
+// a guard through [middleware.GuardFilter]) whether the key may exist; if
+// not, it answers codes.NotFound (gRPC) or connect.CodeNotFound (Connect)
+// without calling the handler, with a google.rpc.ErrorInfo detail
+// ([ErrorReason], [ErrorDomain]) that says the guard answered
+// ([FromGuard] reads it). Every other request reaches the handler
+// unchanged: requests of methods not guarded, requests without a
+// well-formed key, and every request while the Loader is not ready (it
+// answers "may exist" until it is). The interceptors never modify a
+// request, and look nothing up in the store.
+//
+// The guarantee is the guard's: a key that exists is never answered
+// NotFound. About 0.01% of absent keys still reach the handler; a handler
+// that answers NotFound for a request that passed counts as an observed
+// false positive ([Interceptor.Stats]; package metrics/rpcmetrics exports
+// the counters to Prometheus, labelled by method).
+//
+// The interceptors are plain gRPC and Connect interceptors: chain them
+// with grpc.ChainUnaryInterceptor and grpc.ChainStreamInterceptor, beside
+// go-grpc-middleware's logging and recovery, or pass the Interceptor to
+// connect.WithInterceptors. Put them after recovery (inside it) if a
+// Filter of your own may panic, and after authentication: a NotFound
+// answered before authentication tells an unauthenticated client which
+// keys do not exist.
+//
+// For streaming methods the key is in the client's first message, which
+// the interceptor reads before it calls the handler ([Interceptor.Stream]).
+//
+// A [Health] sets the serving status of a health server from a
+// [Readier], the readiness that /readyz reports over HTTP: SERVING while
+// the guard answers on its own (filled, and its follower following),
+// NOT_SERVING while it passes lookups through, so that a Kubernetes gRPC
+// probe takes a replica whose lookups would all reach the store out of
+// rotation.
+//
+// Usage:
+//
+//	users, err := guarded.New(g, guarded.GetterFunc[int64, User](db.LookupUser))
+//	if err != nil {
+//		return err
+//	}
+//	ic, err := rpcguard.New(users, rpcguard.Keys[int64]{
+//		usersv1.UserService_GetUser_FullMethodName: rpcguard.Field[int64]("id"),
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(ic.Unary()), grpc.ChainStreamInterceptor(ic.Stream()))
+//	hs := health.NewServer()
+//	h, err := rpcguard.NewHealth(users, hs) // NOT_SERVING until users is ready
+//	if err != nil {
+//		return err
+//	}
+//	go h.Run(ctx)
+//	healthpb.RegisterHealthServer(srv, hs)
+//
+// and for Connect:
+//
+//	path, handler := usersv1connect.NewUserServiceHandler(svc, connect.WithInterceptors(ic))
+package rpcguard
