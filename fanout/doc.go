@@ -12,25 +12,48 @@
 // de-duplication), and this package is the two adapters. It is a module
 // of its own, so that users of the core library pull in no NATS code.
 //
+// # What "following" promises
+//
 // What "following" promises is the direct follower's: every change
 // committed before the last heartbeat back has been applied. The
 // heartbeats go through the database and come back through the relay and
-// the stream, so a relay that is down, a stream that lags or a broker that
-// restarts all make the Loader pass lookups through. Every transaction
-// names the one before it in its table's epoch; a follower that finds a
-// gap (a purged stream, lost messages), a reset from the relay (its slot
-// made anew, the table's publication changed) or a TRUNCATE reads the
-// table under a snapshot, and skips the transactions that snapshot saw.
-// A new replica starts from the newest guard saved in the JetStream
-// object store with the stream sequence it reflects ([WithSnapshots]),
-// and reads nothing from the table.
+// the stream, and a Follower judges their lag on its own clock, whether
+// messages arrive or not: a relay that is down or hangs, a stream that
+// lags, is deleted or purged, and a broker that stalls or restarts all
+// make the Loader pass lookups through within the max lag (150 ms by
+// default). With the defaults a row committed 300 ms or more before a
+// lookup never reads absent on a replica that says it follows.
+//
+// Continuity is proven, never assumed. A stream deleted and made again is
+// another instance; a Follower resumes only in the instance its place is
+// in, and only where the stream still holds every message after it. Every
+// transaction and every heartbeat the relay passes on names the table's
+// last transaction before it in its epoch: a follower that finds a gap (a
+// purged or aged-out stream, lost messages), a reset from the relay (its
+// slot made anew, the table's publication changed) or a TRUNCATE reads
+// the table under a snapshot, and skips the transactions that snapshot
+// saw. The relay publishes a transaction only once it is visible to new
+// snapshots (a commit waiting for a synchronous standby is held back), so
+// a read never misses what the stream already carried. Subjects, messages
+// and saved guards carry the database they come from (postgres.Database):
+// two databases, and two relays of one table, never share a subject, and
+// a message or saved guard of another database is refused.
+//
+// The relay's right to relay is a lease in PostgreSQL, renewed every
+// relay heartbeat: a relay that hangs (a stopped process, a long pause)
+// loses it within about three heartbeats, another replica takes it and the
+// slot, and what the old relay publishes when it wakes is ignored by its
+// term (fencing). A new replica starts from the newest guard saved in the
+// JetStream object store with the place in the stream it reflects
+// ([WithSnapshots]), and reads nothing from the table.
 //
 // Every replica of a service runs both, with the same relay name:
 //
 //	nc, err := nats.Connect(natsURL)
 //	relay, err := fanout.NewRelay(dsn, "users-api", nc, []postgres.SourceTable{{Table: "users", Key: "id"}})
-//	go relay.Run(ctx) // one replica relays at a time; another takes over when it dies
+//	go relay.Run(ctx) // one replica relays at a time; another takes over when it dies or hangs
 //	f, err := fanout.NewFollower(users, nc, dsn, "users", "id", parseID,
+//		fanout.WithRelay("users-api"),
 //		fanout.WithOrigin(replicaID),
 //		fanout.WithSnapshots(fanout.DefaultBucket, time.Minute, relay.Leading))
 //	go f.Run(ctx)

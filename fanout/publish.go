@@ -15,6 +15,9 @@ import (
 	"github.com/cuckooguard/cuckooguard/postgres"
 )
 
+// headerRoom is what a message's headers may take of the broker's limit.
+const headerRoom = 512
+
 // maxInFlight is how many messages the relay publishes ahead of
 // JetStream's acknowledgements.
 const maxInFlight = 1024
@@ -74,10 +77,13 @@ func (h *relayHandler) Start(ctx context.Context, st postgres.SourceStart) error
 	if err != nil {
 		return fmt.Errorf("fanout: relay: %w", err)
 	}
+	// The largest message, less room for its headers (the message id),
+	// which count towards the broker's limit too.
 	h.limit = int(h.r.nc.MaxPayload())
 	if m := s.CachedInfo().Config.MaxMsgSize; m > 0 {
 		h.limit = min(h.limit, int(m))
 	}
+	h.limit -= headerRoom
 	h.in.Store(&in)
 	h.inFlight = nil // a session's: what the last one left unacknowledged it publishes again
 	h.tables = make([]relayTable, len(st.Tables))

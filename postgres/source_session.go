@@ -39,6 +39,9 @@ func (s *Source) session(ctx context.Context, h SourceHandler) (streamed time.Du
 		return 0, err
 	}
 	defer checker.Close(context.WithoutCancel(ctx))
+	vctx, stopChecks := context.WithCancel(ctx)
+	vis, checked := newVisibility(vctx, s, checker)
+	defer func() { stopChecks(); <-checked }()
 	rc, err := s.dial.connectStream(ctx)
 	if err != nil {
 		return 0, err
@@ -67,7 +70,7 @@ func (s *Source) session(ctx context.Context, h SourceHandler) (streamed time.Du
 	s.sessions.Add(1)
 	s.state.Store(int32(Following))
 	began := time.Now()
-	err = s.stream(ctx, sender, rc, h, rels, versions, start.LSN, &visibility{s: s, conn: checker})
+	err = s.stream(ctx, sender, rc, h, rels, versions, start.LSN, vis)
 	return time.Since(began), err
 }
 
@@ -196,6 +199,9 @@ func (s *Source) stream(ctx context.Context, sender *pgx.Conn, rc *pgconn.PgConn
 		if t := last.Add(s.deadline + time.Millisecond); t.After(time.Now()) && t.Before(wake) {
 			wake = t
 		}
+		if t := vis.wake(time.Now()); t.Before(wake) {
+			wake = t
+		}
 		conn.SetReadDeadline(wake)
 		msg, err := rc.ReceiveMessage(context.Background())
 		now := time.Now()
@@ -212,6 +218,9 @@ func (s *Source) stream(ctx context.Context, sender *pgx.Conn, rc *pgconn.PgConn
 			if err := s.handle(msg, dec, sink, &received); err != nil {
 				return err
 			}
+		}
+		if err := vis.release(ctx, sink.deliver); err != nil {
+			return err
 		}
 		if !now.Before(nextStatus) {
 			if err := s.confirm(ctx, rc, received, sink.confirmable()); err != nil {
@@ -267,7 +276,7 @@ func (s *Source) handle(msg pgproto3.BackendMessage, dec *decoder, sink *sourceS
 			return failed(ReasonNotification, err)
 		}
 		*received = max(*received, k.ServerWALEnd)
-		if !dec.open {
+		if held, _ := sink.vis.holding(); !dec.open && !held {
 			sink.free = max(sink.free, k.ServerWALEnd)
 		}
 	case pglogrepl.XLogDataByteID:

@@ -33,31 +33,33 @@ func (k *sourceSink) commit(t *txn) error {
 		touched = touched || t.tables[i].touched() || k.partial[i]
 	}
 	if !touched {
-		k.free = t.end // nothing of the tables: past it, nothing waits
+		if held, _ := k.vis.holding(); !held {
+			k.free = t.end // nothing of the tables: past it, nothing waits
+		}
 		k.controls = k.controls[:0]
 		return nil
 	}
 	k.c = SourceCommit{LSN: t.end, Xid: t.xid, Tables: k.c.Tables[:0], Tags: t.tags, Controls: k.controls}
 	changed := t.overflow
 	for i := range t.tables {
-		changed = changed || t.tables[i].touched() || k.partial[i]
-	}
-	// A commit that changed a table goes on once it is visible (see
-	// visibility); one that carries only control messages changed no row.
-	if changed && k.vis != nil {
-		if err := k.vis.wait(k.ctx, t.xid); err != nil {
-			return err
-		}
-	}
-	for i := range t.tables {
 		tt := &t.tables[i]
 		incomplete := k.partial[i] || t.overflow
+		changed = changed || tt.touched() || incomplete
 		k.c.Tables = append(k.c.Tables, SourceChanges{Creates: tt.creates, Deletes: tt.deletes, Truncated: tt.truncated, Incomplete: incomplete})
 		k.partial[i] = false
 	}
-	err := k.h.Commit(k.ctx, &k.c)
+	// A commit that changed a table goes on once it is visible (see
+	// visibility); one that carries only control messages changed no row,
+	// but waits behind those held.
+	err := k.vis.pass(&k.c, changed, k.deliver)
 	k.controls = k.controls[:0]
-	k.need = t.end
+	return err
+}
+
+// deliver passes c on to the handler.
+func (k *sourceSink) deliver(c *SourceCommit) error {
+	err := k.h.Commit(k.ctx, c)
+	k.need = c.LSN
 	k.s.commits.Add(1)
 	return err
 }
