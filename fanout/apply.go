@@ -47,6 +47,7 @@ func (s *fsession[K]) handle(ctx context.Context, msg jetstream.Msg, now time.Ti
 	}
 	s.consumed = md.Sequence.Consumer
 	s.f.backlog.Store(md.NumPending)
+	s.f.lastMsg.Store(now.UnixNano())
 	seq := md.Sequence.Stream
 	if strings.HasSuffix(msg.Subject(), ".ctl") {
 		c, err := decodeCtl(msg.Data())

@@ -67,6 +67,11 @@ type Follower[K comparable] struct {
 	db      postgres.Database // of the first session: a later one of another is refused
 	pending string            // why the next session reads the table; "" if it may resume
 	down    string            // what ended the sessions since it last followed; "" while all is well
+	stalled time.Time         // since when the relay is silent while this follower is behind; zero if it is not
+	started time.Time         // when Run began
+	// followedOnce: a session has followed. Until then a stream that is not
+	// there yet is the relay starting, not a fault.
+	followedOnce bool
 
 	state       atomic.Int32
 	applied     atomic.Int64
@@ -77,6 +82,7 @@ type Follower[K comparable] struct {
 	currentAsOf atomic.Int64 // unix nanoseconds: every change committed before it has been applied
 	seq         atomic.Uint64
 	backlog     atomic.Uint64 // messages the consumer had yet to deliver, at the last one
+	lastMsg     atomic.Int64  // unix nanoseconds: the last message of the table's subject came then
 	saved       atomic.Int64
 	restored    atomic.Int64
 	mu          sync.Mutex // protects the maps and lastErr
@@ -167,14 +173,23 @@ func (f *Follower[K]) TagQuery(keys ...K) (string, []any, error) { return f.tags
 
 // Stats describes a Follower.
 type Stats struct {
-	State          postgres.State
-	Lag            time.Duration
-	CurrentAsOf    time.Time        // every change committed before it has been applied
-	Applied        int64            // changes applied
-	Skipped        int64            // own inserts, and transactions the last read saw
-	Fenced         int64            // messages of a relay whose lease lapsed, ignored
-	Seq            uint64           // the stream sequence of the last message applied
-	Pending        uint64           // messages of the table the stream held for it beyond the last one delivered
+	State       postgres.State
+	Lag         time.Duration
+	CurrentAsOf time.Time // every change committed before it has been applied
+	Applied     int64     // changes applied
+	Skipped     int64     // own inserts, and transactions the last read saw
+	Fenced      int64     // messages of a relay whose lease lapsed, ignored
+	Seq         uint64    // the stream sequence of the last message applied
+	Pending     uint64    // messages of the table the stream held for it beyond the last one delivered
+	// RelaySilence is how long no message of the table's subject has come
+	// (every follower's heartbeats pass through it, several a second):
+	// while it grows past the max lag the relay, or the broker, is stalled,
+	// where a Follower that is only behind still gets messages. 0 before
+	// the first message.
+	RelaySilence time.Duration
+	// NATSConnected reports whether the Follower\'s NATS connection is
+	// connected (not reconnecting, not closed).
+	NATSConnected  bool
 	Reads          map[string]int64 // reads of the table, by why
 	Failures       map[string]int64 // sessions that ended in an error, by what ended them
 	SnapshotStarts int64            // starts from a saved guard
@@ -188,7 +203,7 @@ func (f *Follower[K]) Stats() Stats {
 	defer f.mu.Unlock()
 	st := Stats{State: postgres.State(f.state.Load()), Lag: f.lagAt(time.Now()), Applied: f.applied.Load(), Skipped: f.skipped.Load(),
 		Fenced: f.fenced.Load(), Seq: f.seq.Load(), Pending: f.backlog.Load(), Reads: map[string]int64{}, Failures: map[string]int64{},
-		SnapshotStarts: f.restored.Load(), SnapshotsSaved: f.saved.Load(), LastError: f.lastErr}
+		SnapshotStarts: f.restored.Load(), SnapshotsSaved: f.saved.Load(), LastError: f.lastErr, NATSConnected: f.nc.IsConnected()}
 	for k, v := range f.reads {
 		st.Reads[k] = v
 	}
@@ -197,6 +212,9 @@ func (f *Follower[K]) Stats() Stats {
 	}
 	if ns := f.currentAsOf.Load(); ns != 0 {
 		st.CurrentAsOf = time.Unix(0, ns)
+	}
+	if ns := f.lastMsg.Load(); ns != 0 {
+		st.RelaySilence = time.Since(time.Unix(0, ns))
 	}
 	return st
 }
@@ -212,35 +230,9 @@ func (f *Follower[K]) lagAt(now time.Time) time.Duration {
 	return lag
 }
 
-// Why the table is read again, and what ends sessions: the keys of
-// Stats.Reads and Stats.Failures.
-const (
-	readStart    = "start"     // no saved guard to start from
-	readReset    = "reset"     // the relay reset the table
-	readReread   = "reread"    // a TRUNCATE, or a transaction bigger than the relay holds back
-	readGap      = "gap"       // messages are missing from the stream
-	readStream   = "stream"    // the stream is another instance (deleted and made again), or of another database
-	readRequest  = "requested" // the Loader asked for a fresh guard
-	failDatabase = "database"  // the database connection failed
-	failStream   = "stream"    // the stream or its consumer failed
-	failNATS     = "nats"      // the NATS connection is down
-	failSetup    = "setup"     // the table or the stream cannot be found
-)
-
-// ReadReasons lists the keys of Stats.Reads: why a Follower read its table
-// again. "start" (no saved guard to start from) and "requested" (the
-// Loader asked) are routine; "reset" (the relay reset the table), "reread"
-// (a TRUNCATE, or a transaction bigger than the relay holds back), "gap"
-// (messages missing from the stream) and "stream" (the stream was deleted
-// and made again) are worth a look when they repeat. Collectors use it to
-// export every reason from the first scrape.
-var ReadReasons = []string{readStart, readReset, readReread, readGap, readStream, readRequest}
-
-// FailureReasons lists the keys of Stats.Failures: what ended a Follower's
-// session: "database" (the database connection failed), "stream" (the
-// stream or its consumer failed), "nats" (the NATS connection went down),
-// "setup" (the table or the stream cannot be found).
-var FailureReasons = []string{failDatabase, failStream, failNATS, failSetup}
+// startupGrace is how long a Follower that never followed waits for its
+// relay's stream before it calls its absence a fault (in its log).
+const startupGrace = 30 * time.Second
 
 // maxFollowerBackoff is the longest a Follower waits between sessions.
 const maxFollowerBackoff = 2 * time.Second
@@ -261,6 +253,7 @@ func (f *Follower[K]) Run(ctx context.Context) error {
 	defer feed.Detach()
 	f.unconfirmed.CompareAndSwap(0, time.Now().UnixNano())
 	f.pending = readStart
+	f.started = time.Now()
 	delay := f.c.backoff
 	for {
 		followed, err := f.session(ctx)
@@ -286,7 +279,14 @@ func (f *Follower[K]) Run(ctx context.Context) error {
 		}
 		if reason != f.down {
 			f.down = reason
-			f.c.logger.LogAttrs(ctx, slog.LevelWarn, "cuckooguard: fanout follower session failed; lookups pass through until it follows again",
+			level := slog.LevelWarn
+			if !f.followedOnce && reason == failSetup && errors.Is(err, jetstream.ErrStreamNotFound) && time.Since(f.started) < startupGrace {
+				// A first start beside a relay that has not made its
+				// stream yet: no fault.
+				level = slog.LevelInfo
+				f.down = ""
+			}
+			f.c.logger.LogAttrs(ctx, level, "cuckooguard: fanout follower session failed; lookups pass through until it follows again",
 				slog.String("reason", reason), slog.Any("error", err), slog.Duration("retry_in", delay))
 		}
 		t := time.NewTimer(delay)
@@ -298,26 +298,4 @@ func (f *Follower[K]) Run(ctx context.Context) error {
 		}
 		delay = min(2*delay, maxFollowerBackoff)
 	}
-}
-
-// reread ends a session that must read the table again, for why.
-type reread struct{ why string }
-
-func (r *reread) Error() string { return "fanout: the table must be read again: " + r.why }
-
-// failure tags an error with what ended the session.
-type failure struct {
-	what string
-	err  error
-}
-
-func (e *failure) Error() string { return e.err.Error() }
-func (e *failure) Unwrap() error { return e.err }
-
-func failureOf(err error) string {
-	var f *failure
-	if errors.As(err, &f) {
-		return f.what
-	}
-	return failStream
 }

@@ -49,6 +49,7 @@ func (s *fsession[K]) control(payload string, now time.Time) {
 		f.unconfirmed.Store(s.oldestOut())
 		f.feed.MarkReady()
 		f.state.Store(int32(postgres.Following))
+		f.followedOnce = true
 		s.since = now
 		if f.down != "" {
 			f.c.logger.LogAttrs(context.Background(), slog.LevelInfo, "cuckooguard: fanout follower follows again",
@@ -109,5 +110,27 @@ func (s *fsession[K]) tick(now time.Time) {
 	case st == postgres.Behind && lag < f.c.maxLag/2:
 		f.feed.MarkReady()
 		f.state.Store(int32(postgres.Following))
+	}
+	s.watchRelay(now)
+}
+
+// watchRelay logs once when the relay goes silent while this follower is
+// behind (no message of the table's subject, whose every follower's
+// heartbeats pass through it, for longer than the max lag: the relay or
+// the broker stalls, where a follower that is only slow still gets
+// messages), and once when messages come again.
+func (s *fsession[K]) watchRelay(now time.Time) {
+	f := s.f
+	last := f.lastMsg.Load()
+	silent := last != 0 && now.Sub(time.Unix(0, last)) > f.c.maxLag && postgres.State(f.state.Load()) == postgres.Behind
+	switch {
+	case silent && f.stalled.IsZero():
+		f.stalled = time.Unix(0, last)
+		f.c.logger.LogAttrs(context.Background(), slog.LevelWarn, "cuckooguard: fanout follower hears nothing from the relay (the relay, or the broker, stalls); lookups pass through",
+			slog.Duration("silent_for", now.Sub(f.stalled).Round(time.Millisecond)))
+	case !silent && !f.stalled.IsZero() && now.Sub(time.Unix(0, last)) <= f.c.maxLag:
+		f.c.logger.LogAttrs(context.Background(), slog.LevelInfo, "cuckooguard: fanout follower hears from the relay again",
+			slog.Duration("silent_for", time.Unix(0, last).Sub(f.stalled).Round(time.Millisecond)))
+		f.stalled = time.Time{}
 	}
 }

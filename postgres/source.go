@@ -60,6 +60,7 @@ type Source struct {
 	// visibilityWaits counts the snapshots that did not see a decoded
 	// commit yet (see visibility).
 	visibilityWaits atomic.Int64
+	retained        atomic.Int64 // bytes of WAL the slot holds, at the last heartbeat
 }
 
 // SourceStart is where a Source's stream starts, for [SourceHandler.Start].
@@ -249,15 +250,18 @@ type SourceStats struct {
 	Commits   int64         // commits passed to the handler
 	Confirmed pglogrepl.LSN // what the handler confirmed
 	LastError error         // of the last failed session
-	// VisibilityWaits counts the times a decoded commit was not visible to
-	// a new snapshot yet, and the Source waited before passing it on.
+	// VisibilityWaits counts the snapshots a Source asked for because a
+	// decoded commit was not visible to the last one yet.
 	VisibilityWaits int64
+	// SlotRetained is the WAL, in bytes, that the slot holds on the
+	// server, as of the last heartbeat of a session.
+	SlotRetained int64
 }
 
 // Stats returns the Source's statistics.
 func (s *Source) Stats() SourceStats {
 	st := SourceStats{Streaming: State(s.state.Load()) == Following, Sessions: s.sessions.Load(), Failures: s.failures.Load(),
-		Commits: s.commits.Load(), Confirmed: pglogrepl.LSN(s.acked.Load()), VisibilityWaits: s.visibilityWaits.Load()}
+		Commits: s.commits.Load(), Confirmed: pglogrepl.LSN(s.acked.Load()), VisibilityWaits: s.visibilityWaits.Load(), SlotRetained: s.retained.Load()}
 	if e := s.lastErr.Load(); e != nil {
 		st.LastError = *e
 	}

@@ -325,5 +325,11 @@ func (s *Source) beat(ctx context.Context, c *pgx.Conn, rels []relation, token s
 		return fmt.Errorf("postgres: relay: heartbeat: %w", err)
 	}
 	probe.Store(w)
+	var retained int64
+	if err := c.QueryRow(bctx, `SELECT coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint
+		FROM pg_replication_slots WHERE slot_name = $1`, s.slot).Scan(&retained); err != nil {
+		return fmt.Errorf("postgres: relay: read slot %s: %w", s.slot, err)
+	}
+	s.retained.Store(retained)
 	return nil
 }
