@@ -85,8 +85,9 @@ type SourceCommit struct {
 	Controls []SourceControl // markers and heartbeats of relayed followers
 }
 
-// SourceChanges is what a transaction did to one table: its keys as the
-// server prints them.
+// SourceChanges is what a transaction did to one table: its keys in the
+// canonical form of the key column's type (the README's "Key types"), as
+// [ReadTable] reads them.
 type SourceChanges struct {
 	Creates, Deletes []string
 	Truncated        bool
@@ -131,6 +132,12 @@ type SourceHandler interface {
 // attribute; run [Publish] for each table first. Of the options,
 // [WithHeartbeat], [WithHeartbeatDeadline], [WithBackoff] and
 // [WithLogger] apply.
+//
+// NewSource reads the type of each table's key column through a
+// connection of its own, within the heartbeat deadline, and returns an
+// error wrapping [ErrKeyType] for a type the guard cannot follow; a
+// database that does not answer is no error here (Run returns ErrKeyType
+// at its first session).
 func NewSource(dsn, name string, tables []SourceTable, opts ...Option) (*Source, error) {
 	c := config{backoff: DefaultBackoff, heartbeat: DefaultHeartbeat, logger: discardLogger}
 	if err := options.Apply("postgres: NewSource", &c, opts); err != nil {
@@ -156,6 +163,13 @@ func NewSource(dsn, name string, tables []SourceTable, opts ...Option) (*Source,
 	conf, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: source: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.deadline)
+	defer cancel()
+	for _, t := range tables {
+		if _, err := readRuleOf(ctx, conf, t.Table, t.Key); errors.Is(err, ErrKeyType) {
+			return nil, err
+		}
 	}
 	return &Source{dial: dialer{conf: conf, who: "relay", origin: name, timeout: c.deadline},
 		tables: append([]SourceTable(nil), tables...), slot: relaySlotName(name),
@@ -241,7 +255,7 @@ func (s *Source) Run(ctx context.Context, h SourceHandler) error {
 		}
 		s.failures.Add(1)
 		s.lastErr.Store(&err)
-		if first && (errors.Is(err, ErrLogicalUnavailable) || errors.Is(err, ErrNotPublished) || errors.Is(err, ErrKeyNotIdentity)) {
+		if first && (errors.Is(err, ErrLogicalUnavailable) || errors.Is(err, ErrNotPublished) || errors.Is(err, ErrKeyNotIdentity) || errors.Is(err, ErrKeyType)) {
 			return err
 		}
 		d := b.next()
