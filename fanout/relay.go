@@ -106,7 +106,7 @@ func (r *Relay) Stats() RelayStats {
 // it streams the tables and publishes their changes until it loses the
 // lock's connection or the stream fails for good. It returns an error at
 // once for a setup that cannot work (postgres.ErrLogicalUnavailable,
-// postgres.ErrNotPublished).
+// postgres.ErrNotPublished, postgres.ErrKeyType).
 func (r *Relay) Run(ctx context.Context) error {
 	if ctx == nil {
 		return errors.New("fanout: Relay.Run: ctx is nil")
@@ -116,7 +116,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if errors.Is(err, postgres.ErrLogicalUnavailable) || errors.Is(err, postgres.ErrNotPublished) || errors.Is(err, postgres.ErrKeyNotIdentity) {
+		if errors.Is(err, postgres.ErrLogicalUnavailable) || errors.Is(err, postgres.ErrNotPublished) || errors.Is(err, postgres.ErrKeyNotIdentity) || errors.Is(err, postgres.ErrKeyType) {
 			return err
 		}
 		if err != nil {
