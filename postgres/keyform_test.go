@@ -362,7 +362,7 @@ func ruleOf(t *testing.T, c *pgx.Conn, typ string) *keyRule {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rule, err := readKeyRule(ctx, c, r, "k", nil)
+	rule, err := readKeyRule(ctx, c, r, "k", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

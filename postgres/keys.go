@@ -36,6 +36,10 @@ type keyRule struct {
 	// server returns the canonical form of a text the server printed
 	// (the read, the stream, ::text); nil: such a text is canonical.
 	server func(string) (string, error)
+	// lower is citext's map, and lowerOf what it depends on (the
+	// database's ctype and its version): a rule read again reuses it.
+	lower   *lowerMap
+	lowerOf string
 }
 
 // key returns the canonical form of text, a key written in any form the
@@ -79,22 +83,25 @@ type keyColumn struct {
 // rule, or an error wrapping ErrKeyType. params are the startup
 // parameters of the connections whose output the rule reads (nil for
 // none): a DSN that sets DateStyle, IntervalStyle or extra_float_digits
-// to a form keyform.go does not read is refused.
-func readKeyRule(ctx context.Context, q queryRower, r relation, key string, params map[string]string) (*keyRule, error) {
-	return keyRuleOf(ctx, q, r, key, params, true)
+// to a form keyform.go does not read is refused. prev, the rule read
+// before (or nil), lends its citext map if the database's ctype is the
+// same: reading the map asks the server for lower() of every code point,
+// a quarter of a second of its time.
+func readKeyRule(ctx context.Context, q queryRower, r relation, key string, params map[string]string, prev *keyRule) (*keyRule, error) {
+	return keyRuleOf(ctx, q, r, key, params, prev, true)
 }
 
 // checkKeyType returns an error wrapping ErrKeyType if the type of r's
 // keyColumn cannot be followed, as readKeyRule would, without reading
 // what its forms need (citext's lower() of every code point).
 func checkKeyType(ctx context.Context, q queryRower, r relation, key string) error {
-	_, err := keyRuleOf(ctx, q, r, key, nil, false)
+	_, err := keyRuleOf(ctx, q, r, key, nil, nil, false)
 	return err
 }
 
 // keyRuleOf is readKeyRule; without forms, the rule it returns only says
 // that the type can be followed.
-func keyRuleOf(ctx context.Context, q queryRower, r relation, key string, params map[string]string, forms bool) (*keyRule, error) {
+func keyRuleOf(ctx context.Context, q queryRower, r relation, key string, params map[string]string, prev *keyRule, forms bool) (*keyRule, error) {
 	var c keyColumn
 	var typid uint32
 	err := q.QueryRow(ctx, `SELECT format_type(a.atttypid, a.atttypmod), a.atttypid,
@@ -131,10 +138,12 @@ func keyRuleOf(ctx context.Context, q queryRower, r relation, key string, params
 		return fmt.Errorf("%w: key column %s of table %s: %s %s; %s", ErrKeyType, pgx.Identifier{key}.Sanitize(), r, c.typ, cause, fix)
 	}
 	var lower *lowerMap
+	var lowerOf string
 	if c.citext {
 		var provider, locale, encoding string
-		if err := q.QueryRow(ctx, `SELECT datlocprovider::text, coalesce(daticulocale, ''), pg_encoding_to_char(encoding)
-			FROM pg_database WHERE datname = current_database()`).Scan(&provider, &locale, &encoding); err != nil {
+		if err := q.QueryRow(ctx, `SELECT datlocprovider::text, coalesce(daticulocale, ''), pg_encoding_to_char(encoding),
+				datctype || ' ' || coalesce(pg_database_collation_actual_version(oid), '')
+			FROM pg_database WHERE datname = current_database()`).Scan(&provider, &locale, &encoding, &lowerOf); err != nil {
 			return nil, fmt.Errorf("postgres: read the database's default collation: %w", err)
 		}
 		switch {
@@ -144,18 +153,22 @@ func keyRuleOf(ctx context.Context, q queryRower, r relation, key string, params
 		case encoding != "UTF8":
 			return nil, refuse(fmt.Sprintf("in a database of encoding %s", encoding), "follow citext keys in a UTF8 database, or store the key lower-cased in a text column")
 		}
-		if !forms {
+		switch {
+		case !forms:
 			return &keyRule{typ: c.typ}, nil
-		}
-		if lower, err = readLowerMap(ctx, q); err != nil {
-			return nil, err
+		case prev != nil && prev.lower != nil && prev.lowerOf == lowerOf:
+			lower = prev.lower
+		default:
+			if lower, err = readLowerMap(ctx, q); err != nil {
+				return nil, err
+			}
 		}
 	}
 	rule, err := keyRuleFor(c, params, lower)
 	if err != nil {
 		return nil, refuse(err.Error(), fixOf(c, r, key))
 	}
-	rule.typ = c.typ
+	rule.typ, rule.lower, rule.lowerOf = c.typ, lower, lowerOf
 	return rule, nil
 }
 

@@ -287,7 +287,7 @@ func ReadTable(ctx context.Context, conn *pgx.Conn, table, keyColumn string, add
 	if err := pinLocal(ctx, tx, conn.Config().RuntimeParams); err != nil {
 		return Snapshot{}, 0, err
 	}
-	rule, err := readKeyRule(ctx, tx, rel, keyColumn, conn.Config().RuntimeParams)
+	rule, err := readKeyRule(ctx, tx, rel, keyColumn, conn.Config().RuntimeParams, nil)
 	if err != nil {
 		return Snapshot{}, 0, err
 	}

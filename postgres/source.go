@@ -50,6 +50,7 @@ type Source struct {
 
 	acked      atomic.Uint64 // what the handler confirmed
 	lastStream uint32        // the walsender of the last session; Run's goroutine only
+	rules      []*keyRule    // the tables' key forms, as the last session read them; Run's goroutine only
 	state      atomic.Int32  // Following while a session streams, else PassThrough
 	sessions   atomic.Int64
 	failures   atomic.Int64
@@ -167,12 +168,12 @@ func NewSource(dsn, name string, tables []SourceTable, opts ...Option) (*Source,
 	ctx, cancel := context.WithTimeout(context.Background(), c.deadline)
 	defer cancel()
 	for _, t := range tables {
-		if _, err := readRuleOf(ctx, conf, t.Table, t.Key); errors.Is(err, ErrKeyType) {
+		if _, err := readRuleOf(ctx, conf, t.Table, t.Key, false); errors.Is(err, ErrKeyType) {
 			return nil, err
 		}
 	}
 	return &Source{dial: dialer{conf: conf, who: "relay", origin: name, timeout: c.deadline},
-		tables: append([]SourceTable(nil), tables...), slot: relaySlotName(name),
+		tables: append([]SourceTable(nil), tables...), slot: relaySlotName(name), rules: make([]*keyRule, len(tables)),
 		heartbeat: c.heartbeat, deadline: c.deadline, backoff: c.backoff,
 		log: c.logger.With(slog.Group("cuckooguard", slog.String("relay", name)))}, nil
 }

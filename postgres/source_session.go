@@ -91,11 +91,12 @@ func (s *Source) checkSetup(ctx context.Context, c *pgx.Conn) ([]relation, []str
 		if versions[i], err = readPublicationVersion(ctx, c, r); err != nil {
 			return nil, nil, nil, setup(err)
 		}
-		if rules[i], err = readKeyRule(ctx, c, r, t.Key, s.dial.conf.RuntimeParams); err != nil {
+		if rules[i], err = readKeyRule(ctx, c, r, t.Key, s.dial.conf.RuntimeParams, s.rules[i]); err != nil {
 			return nil, nil, nil, setup(err)
 		}
 		rels[i] = r
 	}
+	s.rules = rules
 	return rels, versions, rules, nil
 }
 

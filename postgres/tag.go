@@ -292,16 +292,24 @@ type column struct {
 	timeout    time.Duration
 }
 
-// read reads the column's forms through a connection of its own.
+// readRuleTimeout bounds the queries that read a key column's forms
+// through a connection of their own (citext's map takes the server a
+// quarter of a second), beyond the timeout of connecting.
+const readRuleTimeout = 10 * time.Second
+
+// read reads the column's forms through a connection of its own, made
+// within the column's timeout.
 func (c *column) read() (*keyRule, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout+readRuleTimeout)
 	defer cancel()
-	return readRuleOf(ctx, c.conf, c.table, c.key)
+	conf := c.conf.Copy()
+	conf.ConnectTimeout = c.timeout
+	return readRuleOf(ctx, conf, c.table, c.key, true)
 }
 
 // readRuleOf reads the forms of table's key column through a connection
-// of conf.
-func readRuleOf(ctx context.Context, conf *pgx.ConnConfig, table, key string) (*keyRule, error) {
+// of conf, or without forms only whether its type can be followed.
+func readRuleOf(ctx context.Context, conf *pgx.ConnConfig, table, key string, forms bool) (*keyRule, error) {
 	conf = conf.Copy()
 	conf.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol // through a pooler, as dialer.connect
 	if conf.RuntimeParams["application_name"] == "" {
@@ -316,5 +324,8 @@ func readRuleOf(ctx context.Context, conf *pgx.ConnConfig, table, key string) (*
 	if err != nil {
 		return nil, err
 	}
-	return readKeyRule(ctx, conn, r, key, conf.RuntimeParams)
+	if !forms {
+		return nil, checkKeyType(ctx, conn, r, key)
+	}
+	return readKeyRule(ctx, conn, r, key, conf.RuntimeParams, nil)
 }
