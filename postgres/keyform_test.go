@@ -14,6 +14,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cuckooguard/cuckooguard/internal/testrand"
 )
 
 // The canonical forms (keyform.go) are checked against the server: for
@@ -389,8 +391,11 @@ func TestKeyFormsAgreeWithServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := testrand.Seed(t)
+	var nTexts, read, declined, pairsAll, disagree int
+	defer func() {
+		t.Logf("all types: %d texts, %d that the server reads, %d of them that key declines; %d pairs, %d disagreements", nTexts, read, declined, pairsAll, disagree)
+	}()
 	for _, fc := range keyFormCases(seed) {
 		t.Run(fc.typ, func(t *testing.T) {
 			rule := ruleOf(t, c, fc.typ)
@@ -438,7 +443,7 @@ func TestKeyFormsAgreeWithServer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pairs, equal := 0, 0
+			np, equal, nd := 0, 0, 0
 			for rows.Next() {
 				var i, j int
 				var eq bool
@@ -446,18 +451,21 @@ func TestKeyFormsAgreeWithServer(t *testing.T) {
 					t.Fatal(err)
 				}
 				a, b := vals[i-1], vals[j-1]
-				pairs++
+				np++
 				if eq {
 					equal++
 				}
 				if eq != (a.form == b.form) {
+					nd++
 					t.Errorf("the server says %q = %q is %v; their forms are %q and %q", a.text, b.text, eq, a.form, b.form)
 				}
 			}
 			if err := rows.Err(); err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("%s: %d texts: %d read by the server, %d of them refused by key (the store decides); %d pairs, %d equal", fc.typ, len(fc.texts), len(vals), refused, pairs, equal)
+			t.Logf("%s: %d texts: %d read by the server, %d of them refused by key (the store decides); %d pairs, %d equal", fc.typ, len(fc.texts), len(vals), refused, np, equal)
+			nTexts, read, declined = nTexts+len(fc.texts), read+len(vals), declined+refused
+			pairsAll, disagree = pairsAll+np, disagree+nd
 			if len(vals)-refused < len(vals)/2 {
 				t.Errorf("key refused %d of the %d texts the server reads: the guard would judge too few lookups", refused, len(vals))
 			}
