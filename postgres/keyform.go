@@ -72,22 +72,37 @@ func digits(s string) bool {
 // strconv.ParseInt reads (an optional sign, decimal digits); the server
 // also skips spaces, which the function refuses.
 func canonInt(bits int) func(string) (string, error) {
+	// The most digits any value of the type has, less one: a text of
+	// fewer is in range without parsing.
+	short := map[int]int{16: 4, 32: 9, 64: 18}[bits]
 	return func(s string) (string, error) {
+		if plainInt(s, short) {
+			return s, nil // the server's own form: no parse, no allocation
+		}
 		v, err := strconv.ParseInt(s, 10, bits)
 		if err != nil {
 			return "", formErr("integer", s, "want decimal digits in range")
-		}
-		if plainInt(s) {
-			return s, nil // the server's own form: no allocation
 		}
 		return strconv.FormatInt(v, 10), nil
 	}
 }
 
-// plainInt reports whether s, a valid integer, is in canonical form.
-func plainInt(s string) bool {
-	t := strings.TrimPrefix(s, "-")
-	return t != "" && (t == "0" && t == s || t[0] != '0') && t[0] != '+'
+// plainInt reports whether s is an integer in canonical form (no "+",
+// no leading zeros, no "-0") of at most short digits.
+func plainInt(s string, short int) bool {
+	t := s
+	if len(t) > 0 && t[0] == '-' {
+		t = t[1:]
+	}
+	if t == "" || len(t) > short || t[0] == '0' && (len(t) > 1 || len(t) < len(s)) {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		if t[i] < '0' || t[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // --- character(n) -------------------------------------------------------
