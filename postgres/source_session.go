@@ -91,7 +91,14 @@ func (s *Source) checkSetup(ctx context.Context, c *pgx.Conn) ([]relation, []str
 		if versions[i], err = readPublicationVersion(ctx, c, r); err != nil {
 			return nil, nil, nil, setup(err)
 		}
-		if rules[i], err = readKeyRule(ctx, c, r, t.Key, s.dial.conf.RuntimeParams, s.rules[i]); err != nil {
+		// Any citext table's map serves the others: one database.
+		prev := s.rules[i]
+		for _, p := range rules[:i] {
+			if p.lower != nil {
+				prev = p
+			}
+		}
+		if rules[i], err = readKeyRule(ctx, c, r, t.Key, s.dial.conf.RuntimeParams, prev); err != nil {
 			return nil, nil, nil, setup(err)
 		}
 		rels[i] = r
