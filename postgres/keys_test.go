@@ -1,13 +1,17 @@
 package postgres
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
-// The tests in this file need no server: the decoder's and the Tagger's
-// use of a key column's forms.
+// The tests in this file check the decoder's and the Tagger's use of a
+// key column's forms; all but the last need no server.
 
 // TestDecoderCanonicalKeys: the decoder passes on each key in its
 // column's canonical form, creations and deletions alike, so that the
@@ -59,5 +63,38 @@ func TestTaggerKeyForms(t *testing.T) {
 	}
 	if _, _, err := tags.Query("1.5"); err != nil {
 		t.Fatalf("Tag of a canonical key = %v", err)
+	}
+}
+
+// TestTaggerReadColumn: a Tagger whose UseColumn could not reach the
+// database knows its column's forms once a session reads them through its
+// own connection.
+func TestTaggerReadColumn(t *testing.T) {
+	ctx := context.Background()
+	db, _ := pgConn(t)
+	dsn := dsnOf(t, db)
+	execAll(t, dsn, `CREATE TABLE amounts (k numeric PRIMARY KEY)`)
+	tags, err := NewTagger("A", parseText, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tags.ReadColumn(ctx, db); err == nil {
+		t.Fatal("ReadColumn without UseColumn gave no error")
+	}
+	nowhere, err := pgx.ParseConfig("postgres://nobody@127.0.0.1:1/none?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tags.UseColumn(nowhere, "amounts", "k", 100*time.Millisecond); err != nil {
+		t.Fatalf("UseColumn without a database = %v, want no error", err)
+	}
+	if _, err := tags.Key("1.50"); !errors.Is(err, ErrKeyUnknown) {
+		t.Fatalf("Key before the forms are read = %v, want ErrKeyUnknown", err)
+	}
+	if err := tags.ReadColumn(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := tags.Key("1.50"); err != nil || k != "1.5" {
+		t.Fatalf(`Key("1.50") after ReadColumn = %q, %v; want "1.5"`, k, err)
 	}
 }

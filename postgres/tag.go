@@ -261,6 +261,32 @@ func (t *Tagger[K]) UseColumn(conf *pgx.ConnConfig, table, keyColumn string, tim
 	return nil
 }
 
+// ReadColumn reads the type of the Tagger's column ([Tagger.UseColumn])
+// again, through conn, and returns an error wrapping [ErrKeyType] for a
+// type the guard cannot follow. A follower calls it at the start of each
+// session, before the session can make its Loader ready: whenever the
+// follower follows, Key knows the forms its guard holds (UseColumn may
+// not have reached the database). It reuses citext's map while the
+// database's ctype and its version stay the same.
+func (t *Tagger[K]) ReadColumn(ctx context.Context, conn *pgx.Conn) error {
+	switch {
+	case ctx == nil || conn == nil:
+		return errors.New("postgres: Tagger.ReadColumn needs a context and a connection")
+	case t.col == nil:
+		return errors.New("postgres: Tagger.ReadColumn: the Tagger has no column (Tagger.UseColumn)")
+	}
+	r, err := resolve(ctx, conn, t.col.table)
+	if err != nil {
+		return err
+	}
+	rule, err := readKeyRule(ctx, conn, r, t.col.key, conn.Config().RuntimeParams, t.rule.Load())
+	if err != nil {
+		return err
+	}
+	t.rule.Store(rule)
+	return nil
+}
+
 // readRule reads the key column's forms for Key, once at a time: a Key
 // that finds another one reading returns ErrKeyUnknown rather than wait.
 func (t *Tagger[K]) readRule() (*keyRule, error) {
