@@ -52,6 +52,9 @@ func (f *Follower[K]) session(ctx context.Context) (followed time.Duration, err 
 	if err != nil {
 		return 0, &failure{failSetup, err}
 	}
+	if err := f.tags.ReadColumn(ctx, conn); err != nil { // Key's forms, before the Loader can be ready
+		return 0, &failure{failSetup, err}
+	}
 	tok := Token(name)
 	subject := f.c.prefix + "." + tok
 	stream, err := f.js.Stream(ctx, f.c.stream)
