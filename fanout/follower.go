@@ -151,6 +151,11 @@ func NewFollower[K comparable](loader postgres.Target[K], nc *nats.Conn, dsn, ta
 	if conf.RuntimeParams["application_name"] == "" {
 		conf.RuntimeParams["application_name"] = "cuckooguard fanout follower " + c.origin
 	}
+	// The key column's forms, for Key and Tag; a type that cannot be
+	// followed is refused here (postgres.ErrKeyType).
+	if err := tags.UseColumn(conf, table, keyColumn, c.deadline); err != nil {
+		return nil, err
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("fanout: %w", err)
@@ -170,6 +175,12 @@ func (f *Follower[K]) Tag(ctx context.Context, tx pgx.Tx, keys ...K) error {
 // TagQuery returns the statement of Tag for keys, with its arguments, for
 // drivers other than pgx.
 func (f *Follower[K]) TagQuery(keys ...K) (string, []any, error) { return f.tags.Query(keys...) }
+
+// Key returns the key that the Loader's guard holds for text, a key of
+// the followed column in any form the database reads as it, as
+// postgres.Follower.Key does: look keys up through it (in the Loader, in
+// middleware.Parse), and give the Loader's Insert the keys it returns.
+func (f *Follower[K]) Key(text string) (K, error) { return f.tags.Key(text) }
 
 // Stats describes a Follower.
 type Stats struct {

@@ -151,8 +151,8 @@ var errLeaseLapsed = errors.New("fanout: relay: the lease may have lapsed (this 
 // publishes their changes until it loses the lease or ctx ends. It returns
 // an error at once for a setup that cannot work
 // (postgres.ErrLogicalUnavailable, postgres.ErrNotPublished,
-// postgres.ErrKeyNotIdentity, postgres.ErrSlotOfAnotherDatabase, a stream
-// the broker refuses to make).
+// postgres.ErrKeyNotIdentity, postgres.ErrKeyType,
+// postgres.ErrSlotOfAnotherDatabase, a stream the broker refuses to make).
 func (r *Relay) Run(ctx context.Context) error {
 	if ctx == nil {
 		return errors.New("fanout: Relay.Run: ctx is nil")
@@ -214,7 +214,8 @@ func (r *Relay) streamGone(ctx context.Context, h *relayHandler) bool {
 // permanent reports whether err is of a setup that cannot work.
 func permanent(err error) bool {
 	return errors.Is(err, postgres.ErrLogicalUnavailable) || errors.Is(err, postgres.ErrNotPublished) ||
-		errors.Is(err, postgres.ErrKeyNotIdentity) || errors.Is(err, postgres.ErrSlotOfAnotherDatabase) || errors.Is(err, errStreamRefused)
+		errors.Is(err, postgres.ErrKeyNotIdentity) || errors.Is(err, postgres.ErrKeyType) || errors.Is(err, postgres.ErrSlotOfAnotherDatabase) ||
+		errors.Is(err, errStreamRefused)
 }
 
 // campaign tries to take the lease and, holding it, relays until it loses

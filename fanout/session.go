@@ -58,6 +58,9 @@ func (f *Follower[K]) session(ctx context.Context) (followed time.Duration, err 
 	if err != nil {
 		return 0, err
 	}
+	if err := f.tags.ReadColumn(ctx, conn); err != nil { // Key's forms, before the Loader can be ready
+		return 0, &failure{failSetup, err}
+	}
 	f.state.Store(int32(postgres.Resyncing))
 	if !f.pos.valid {
 		if f.pending == readStart {

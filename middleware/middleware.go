@@ -86,7 +86,12 @@ func Int64(k KeyFunc[string]) KeyFunc[int64] {
 // one key: a UUID in lower case with dashes, an e-mail address of a
 // case-insensitive column (citext, or lower-cased on insert) in lower
 // case. A key the client writes in another form than the guard's would
-// otherwise be rejected, a wrong 404, although the store finds it:
+// otherwise be rejected, a wrong 404, although the store finds it. A
+// guard kept by a follower of the postgres or fanout module holds the
+// form its Key method returns for the key column's type (the server's
+// own lower() for citext, which strings.ToLower need not match): pass
+// that, middleware.Parse(middleware.PathValue("email"), follower.Key).
+// Without one:
 //
 //	uuidKey := middleware.Parse(middleware.PathValue("id"), func(s string) (string, error) {
 //		id, err := uuid.Parse(s) // accepts upper case, braces, no dashes

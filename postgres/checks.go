@@ -192,19 +192,36 @@ func checkPublished(ctx context.Context, q queryRower, r relation, keyColumn str
 
 // publicationVersion is an SQL expression, of the publication name $1 and
 // the table's oid $2, that names the version of everything that decides
-// what the stream carries of the table: the publication's row (its
-// operations, publish_via_partition_root), its tables and schemas (each
-// table's column list and row filter), and the partitions of the table.
-// Each ALTER PUBLICATION, DROP, CREATE and ATTACH or DETACH PARTITION
-// writes a catalog row of another oid or transaction id, and the version
-// changes; it never comes back to an earlier one. It is NULL without the
-// publication.
+// what the stream carries of the table, and in what form: the
+// publication's row (its operations, publish_via_partition_root), its
+// tables and schemas (each table's column list and row filter), the
+// partitions of the table, and its key's forms (keys.go): the key
+// column's type and collation, the labels of an enum under it (a label
+// renamed is another text for the same rows' keys), the version of the
+// database's default collation (citext's lower()), and keyFormsVersion.
+// Each ALTER PUBLICATION, DROP, CREATE, ATTACH or DETACH PARTITION and
+// ALTER TYPE … RENAME VALUE writes a catalog row of another oid or
+// transaction id, and the version changes; it never comes back to an
+// earlier one. A guard saved, or a stream relayed, under another version
+// is read again. It is NULL without the publication.
 const publicationVersion = `(SELECT p.oid || '.' || p.xmin
 	|| '/' || coalesce((SELECT string_agg(r.oid || '.' || r.xmin, ',' ORDER BY r.oid) FROM pg_publication_rel r WHERE r.prpubid = p.oid), '')
 	|| '/' || coalesce((SELECT string_agg(n.oid || '.' || n.xmin, ',' ORDER BY n.oid) FROM pg_publication_namespace n WHERE n.pnpubid = p.oid), '')
 	|| '/' || coalesce((SELECT string_agg(i.inhrelid || '.' || i.xmin, ',' ORDER BY i.inhrelid) FROM pg_inherits i
 		WHERE i.inhparent IN (SELECT relid FROM pg_partition_tree($2::oid))), '')
+	|| '/` + keyFormsVersion + `:' || coalesce((SELECT a.atttypid || '.' || a.attcollation
+		|| coalesce((WITH RECURSIVE b(oid, depth) AS (SELECT a.atttypid, 0 UNION ALL
+				SELECT t.typbasetype, b.depth + 1 FROM b JOIN pg_type t ON t.oid = b.oid WHERE t.typtype = 'd' AND b.depth < 64)
+			SELECT '.' || string_agg(e.oid || '.' || e.xmin, ',' ORDER BY e.oid) FROM b JOIN pg_enum e ON e.enumtypid = b.oid), '')
+		FROM pg_publication_rel r JOIN pg_attribute a ON a.attrelid = r.prrelid AND a.attnum = r.prattrs[0]
+		WHERE r.prpubid = p.oid AND r.prrelid = $2::oid), '')
+	|| '.' || coalesce((SELECT pg_database_collation_actual_version(d.oid) FROM pg_database d WHERE d.datname = current_database()), '')
 	FROM pg_publication p WHERE p.pubname = $1)`
+
+// keyFormsVersion names the canonical forms of keyform.go: a change to
+// any of them changes it, so that guards and streams of the old forms are
+// read again (publicationVersion). "k1" is the first with forms.
+const keyFormsVersion = "k1"
 
 // readPublicationVersion returns the version (publicationVersion) of the
 // publication of r now.

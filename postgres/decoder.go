@@ -59,9 +59,9 @@ type txnSink interface {
 }
 
 // decoder turns one session's pgoutput messages (proto_version 1, with
-// messages) into transactions of the followed tables' keys, as text. It
-// knows nothing of the keys' types, the guard, or which process wrote
-// what: a Follower applies what it decodes (applier), and a Source passes
+// messages) into transactions of the followed tables' keys, as text in the
+// canonical form of each key column's type (keys.go). It knows nothing of
+// the guard, or which process wrote what: a Follower applies what it decodes (applier), and a Source passes
 // it on. It needs no server, and is tested without one.
 type decoder struct {
 	tables []decodedTable
@@ -73,8 +73,9 @@ type decoder struct {
 // decodedTable is a followed table of a decoder.
 type decodedTable struct {
 	schema, rel, key string
-	relID            uint32 // its relation id in this stream; 0 until its Relation message
-	keyCol           int    // the key column's index in its tuples
+	rule             *keyRule // the key's forms: keys leave in canonical form; nil: as printed
+	relID            uint32   // its relation id in this stream; 0 until its Relation message
+	keyCol           int      // the key column's index in its tuples
 }
 
 // newDecoder returns a decoder of the tables; each is a relation and its
@@ -181,13 +182,14 @@ func (d *decoder) message(m pglogrepl.Message, sink txnSink) error {
 	return nil
 }
 
-// keyOf returns the text of the key of tuple of table i.
+// keyOf returns the text of the key of tuple of table i, in canonical
+// form.
 func (d *decoder) keyOf(i int, tuple *pglogrepl.TupleData) (string, error) {
 	t := &d.tables[i]
 	if tuple == nil || t.keyCol < 0 || t.keyCol >= len(tuple.Columns) || tuple.Columns[t.keyCol].DataType != pglogrepl.TupleDataTypeText {
 		return "", fmt.Errorf("postgres: a change of table %s.%s without its key", t.schema, t.rel)
 	}
-	return string(tuple.Columns[t.keyCol].Data), nil
+	return t.rule.fromServer(string(tuple.Columns[t.keyCol].Data))
 }
 
 // held is how many keys the open transaction holds back.

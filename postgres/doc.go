@@ -29,6 +29,15 @@
 // operation left out, the table dropped from it) ends "following" before
 // the hole it leaves can be served.
 //
+// Keys reach the Loader in the canonical form of the key column's type:
+// two texts the database takes for one key (the padding of a
+// character(n), the case of a citext, the scale of a numeric, the time
+// zone of a timestamptz) are one key to the guard, on every path: the
+// read, the stream, the snapshot file, the Loader's own tagged inserts,
+// and the lookups, through [Follower.Key]. A key column whose equality
+// the guard cannot hold (a nondeterministic collation, say) is refused
+// with [ErrKeyType]. The README's "Key types" lists each type.
+//
 // [WithNotify] follows through a trigger and LISTEN/NOTIFY instead
 // ([Install] creates the trigger; [Follower.Tag] names the keys), for servers
 // without logical decoding. It costs the table's writers: a transaction

@@ -130,3 +130,19 @@ func reasonOf(err error) Reason {
 // not tell which key it removed. Follow the table by its primary key, or
 // make a unique index of the key column its replica identity.
 var ErrKeyNotIdentity = errors.New("postgres: the follower's key column is not the table's replica identity")
+
+// ErrKeyType is returned by [Publish], [NewFollower], [NewSource],
+// [ReadTable] and the Run of a Follower or Source when the key column's
+// type has an equality the guard cannot hold: two texts that the database
+// takes for one key would be two keys to the guard, and a lookup in the
+// other form would read absent although the database finds the row. The
+// error wrapping it names the type, its collation where that is the
+// cause, and what to do. The README's "Key types" lists the types and
+// what the follower does with each.
+var ErrKeyType = errors.New("postgres: the key column's type cannot be followed")
+
+// ErrKeyUnknown is returned by [Follower.Key] (and [Tagger.Key]) before
+// the follower has read its key column's type: NewFollower could not
+// reach the database, and no session has started since. Pass the lookup
+// on to the store.
+var ErrKeyUnknown = errors.New("postgres: the key column's type is not known yet")

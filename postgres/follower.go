@@ -97,10 +97,11 @@ type Follower[K comparable] struct {
 	snapEvery time.Duration
 	log       *slog.Logger
 
-	tags *Tagger[K] // this run's tags
+	tags *Tagger[K] // this run's tags, and the key column's forms (Key)
 
 	// Touched by Run's goroutine only.
 	feed         *guarded.Feed[K]
+	rule         *keyRule   // the key column's forms, as the session read them
 	pos          position   // logical decoding: what the guard reflects
 	pending      ReadReason // why the next session must read the whole table; "" if it may resume (see decide)
 	degradedSaid bool       // the refusal to save a degraded guard was logged
@@ -142,6 +143,13 @@ type Follower[K comparable] struct {
 // postgres:// URL; the Follower opens two connections of its own. By
 // default it follows through logical decoding: run [Publish] first (every
 // replica may), and give each process its origin ([WithOrigin]).
+//
+// parse gets each key in the canonical form of the column's type
+// ([Follower.Key]; the README's "Key types"). NewFollower reads that type
+// through a connection of its own, within the heartbeat deadline, and
+// returns an error wrapping [ErrKeyType] for a type the guard cannot
+// follow; a database that does not answer is no error here (Run reads
+// the type again, and returns ErrKeyType at its first session).
 func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, parse func(string) (K, error), opts ...Option) (*Follower[K], error) {
 	c := config{backoff: DefaultBackoff, heartbeat: DefaultHeartbeat, logger: discardLogger, snapshotInterval: DefaultSnapshotInterval}
 	if err := options.Apply("postgres: NewFollower", &c, opts); err != nil {
@@ -185,7 +193,28 @@ func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, p
 		return nil, err
 	}
 	f.tags.notify = c.notify
+	if err := f.tags.UseColumn(conf, table, keyColumn, c.deadline); err != nil {
+		return nil, err
+	}
 	return f, nil
+}
+
+// Key returns the key that the Loader's guard holds for text, a key of
+// the followed column in any form the database reads as it: parse of the
+// text's canonical form for the column's type. Look keys up through it,
+// in the Loader and in middleware.Parse, and give the Loader's Insert the
+// keys it returns: two texts the database takes for one key ("ab" and the
+// "ab   " of a character(5), "Alice@Example.com" and "alice@example.com"
+// of a citext, 1.50 and 1.5) are one key to it, and a lookup in another
+// form could read absent although the database finds the row. Key returns
+// an error for a text whose key it cannot tell (see [Tagger.Key]): pass
+// that lookup on to the store. It is safe for concurrent use.
+//
+// NewFollower reads the column's type; if the database did not answer
+// then, Key reads it at its first call, and returns an error wrapping
+// [ErrKeyUnknown] until it can.
+func (f *Follower[K]) Key(text string) (K, error) {
+	return f.tags.Key(text)
 }
 
 // Run follows the table until ctx ends, reconnecting after failures, and
@@ -266,7 +295,7 @@ func (f *Follower[K]) Run(ctx context.Context) error {
 		f.byReason[reason]++
 		f.mu.Unlock()
 		if first && (errors.Is(err, ErrNoNotifications) || errors.Is(err, ErrNotInstalled) ||
-			errors.Is(err, ErrLogicalUnavailable) || errors.Is(err, ErrNotPublished)) {
+			errors.Is(err, ErrLogicalUnavailable) || errors.Is(err, ErrNotPublished) || errors.Is(err, ErrKeyType)) {
 			// A setup that cannot work will not start to: say so rather
 			// than leave the Loader passing through for good. Later
 			// sessions retry: a trigger or publication dropped while

@@ -176,18 +176,19 @@ func (n *node[K]) following() bool {
 
 // wrong404s reads every key of the table, as the server prints it, waits
 // until n is current with every change committed before the read
-// (waitCurrent), and checks each key through n's Loader: a key that a
-// ready Loader reports absent while its row still exists (a writer may
-// delete rows meanwhile) is a wrong 404. It returns the keys checked and
-// the wrong 404s, and logs the first few.
+// (waitCurrent), and checks each key through n's Loader, as an
+// application looks it up (Follower.Key): a key that a ready Loader
+// reports absent while its row still exists (a writer may delete rows
+// meanwhile) is a wrong 404. It returns the keys checked and the wrong
+// 404s, and logs the first few.
 func (n *node[K]) wrong404s(t *testing.T) (checked, wrong int) {
 	t.Helper()
 	keys := tableKeys(t, n.dsn, n.table, n.key)
 	n.waitCurrent(t)
 	for _, s := range keys {
-		k, err := n.parse(s)
+		k, err := n.follower.Key(s)
 		if err != nil {
-			t.Fatalf("parse %q: %v", s, err)
+			t.Fatalf("Key(%q): %v", s, err)
 		}
 		checked++
 		if n.loader.MayContain(k) || !n.loader.Ready() || !n.exists(t, s) {
@@ -294,7 +295,7 @@ func stayHonest[K comparable](t *testing.T, n *node[K], bound, d time.Duration) 
 		}
 		followed = true
 		for _, s := range keys {
-			k, err := n.parse(s)
+			k, err := n.follower.Key(s)
 			if err != nil {
 				t.Fatal(err)
 			}

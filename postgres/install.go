@@ -49,13 +49,19 @@ func name(prefix, s string) string {
 // not wait for the transactions that hold one. Otherwise replacing the
 // trigger locks the table against writes; Install gives up with an error
 // if it cannot get that lock within 10 seconds, rather than queue every
-// query on the table behind it.
+// query on the table behind it. Like Publish, it returns an error wrapping
+// [ErrKeyType] for a key column whose type cannot be followed.
 func Install(ctx context.Context, conn *pgx.Conn, table, keyColumn string) error {
 	switch {
 	case ctx == nil:
 		return errors.New("postgres: Install: ctx is nil")
 	case conn == nil:
 		return errors.New("postgres: Install: conn is nil")
+	}
+	if r, err := resolve(ctx, conn, table); err == nil {
+		if err := checkKeyType(ctx, conn, r, keyColumn); err != nil {
+			return err
+		}
 	}
 	tab := sanitizeTable(table)
 	key := pgx.Identifier{keyColumn}.Sanitize()

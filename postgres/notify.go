@@ -48,6 +48,9 @@ func (f *Follower[K]) followNotify(ctx context.Context, following *time.Time) er
 	if err != nil {
 		return failed(ReasonResync, err)
 	}
+	if err := f.readRule(ctx, sender, rel); err != nil {
+		return err
+	}
 	start := time.Now()
 	sn, n, err := f.readNotify(ctx, sender, rel)
 	if err != nil {
@@ -134,6 +137,16 @@ func (f *Follower[K]) notification(payload string, sn Snapshot, own *ownInserts[
 		f.skipped.Add(1)
 		return nil
 	}
+	// The trigger sends the keys' ::text, the read their output (a host's
+	// inet without /32): both in the column's canonical form.
+	if c.Key, err = f.rule.fromServer(c.Key); err != nil {
+		return err
+	}
+	if c.Op == Update {
+		if c.OldKey, err = f.rule.fromServer(c.OldKey); err != nil {
+			return err
+		}
+	}
 	if c.Op == Insert {
 		if own.tx != c.TxID {
 			own.tx, own.keys = c.TxID, f.tags.Own([][]byte{[]byte(c.Origin)})
@@ -209,11 +222,11 @@ func (f *Follower[K]) readNotify(ctx context.Context, reader *pgx.Conn, rel rela
 	return sn, n, nil
 }
 
-// scan reads every key of rel in tx into add, and returns how many. The
-// keys are read as the type's output function prints them, which is how
-// the change stream carries them (the connection's simple protocol
-// returns text): a key's ::text may differ (a char(n) loses its padding,
-// an inet host gains /32), and would be another key.
+// scan reads every key of rel in tx into add, in the column's canonical
+// form, and returns how many. The keys are read as the type's output
+// function prints them, which is how the change stream carries them (the
+// connection's simple protocol returns text), and made canonical
+// (keys.go) as the stream's are.
 func (f *Follower[K]) scan(ctx context.Context, tx pgx.Tx, rel relation, add func(K) error) (int64, error) {
 	if err := pinLocal(ctx, tx, f.dial.conf.RuntimeParams); err != nil {
 		return 0, err
@@ -228,8 +241,11 @@ func (f *Follower[K]) scan(ctx context.Context, tx pgx.Tx, rel relation, add fun
 		if fds := rows.FieldDescriptions(); n == 0 && (len(fds) != 1 || fds[0].Format != pgx.TextFormatCode) {
 			return 0, errors.New("postgres: follower read: the key column did not come back as text")
 		}
-		text := rows.RawValues()[0]
-		k, err := f.parse(string(text))
+		text, err := f.rule.fromServer(string(rows.RawValues()[0]))
+		if err != nil {
+			return n, err
+		}
+		k, err := f.parse(text)
 		if err != nil {
 			return n, fmt.Errorf("parse key %q: %w", text, err)
 		}
@@ -245,11 +261,13 @@ func (f *Follower[K]) scan(ctx context.Context, tx pgx.Tx, rel relation, add fun
 // under a snapshot it returns, for a follower of another change stream
 // (the fanout module's) that reads the table and then applies the changes
 // that the snapshot does not see ([Snapshot.Visible],
-// [Snapshot.VisibleXid]). Keys come as the type's output function prints
-// them, with the settings that shape printed values (DateStyle, TimeZone
-// and the like) as a [Source]'s stream has them, unless conn's startup
-// parameters set them: set them alike for both, or for neither. It
-// returns how many keys it read.
+// [Snapshot.VisibleXid]). Keys come in the canonical form of the column's
+// type, as a [Source] streams them (the README's "Key types"), from what
+// the type's output function prints with the settings that shape printed
+// values (DateStyle, TimeZone and the like) as the Source's stream has
+// them, unless conn's startup parameters set them: set them alike for
+// both, or for neither. It returns how many keys it read, and an error
+// wrapping [ErrKeyType] for a key column whose type cannot be followed.
 func ReadTable(ctx context.Context, conn *pgx.Conn, table, keyColumn string, add func(text string) error) (Snapshot, int64, error) {
 	switch {
 	case ctx == nil || conn == nil || add == nil:
@@ -269,6 +287,10 @@ func ReadTable(ctx context.Context, conn *pgx.Conn, table, keyColumn string, add
 	if err := pinLocal(ctx, tx, conn.Config().RuntimeParams); err != nil {
 		return Snapshot{}, 0, err
 	}
+	rule, err := readKeyRule(ctx, tx, rel, keyColumn, conn.Config().RuntimeParams, nil)
+	if err != nil {
+		return Snapshot{}, 0, err
+	}
 	rows, err := tx.Query(ctx, fmt.Sprintf("SELECT %s FROM %s", pgx.Identifier{keyColumn}.Sanitize(), rel.from()), pgx.QueryExecModeSimpleProtocol)
 	if err != nil {
 		return Snapshot{}, 0, fmt.Errorf("postgres: read table %s: %w", rel, err)
@@ -276,7 +298,11 @@ func ReadTable(ctx context.Context, conn *pgx.Conn, table, keyColumn string, add
 	defer rows.Close()
 	var n int64
 	for rows.Next() {
-		if err := add(string(rows.RawValues()[0])); err != nil {
+		text, err := rule.fromServer(string(rows.RawValues()[0]))
+		if err != nil {
+			return Snapshot{}, n, err
+		}
+		if err := add(text); err != nil {
 			return Snapshot{}, n, err
 		}
 		n++

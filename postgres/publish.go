@@ -43,7 +43,10 @@ const registry = "cuckooguard_slots"
 // [ErrKeyNotIdentity] for a key column that is not the table's replica
 // identity (its primary key, or REPLICA IDENTITY USING INDEX of a unique
 // index on it: a delete sends only the replica identity's columns, so the
-// follower could not tell which key it removed), and [ErrNotPublished]
+// follower could not tell which key it removed), [ErrKeyType] for a key
+// column whose equality the guard cannot hold (a nondeterministic
+// collation, say: the error names the type, the collation and what to
+// do; the README's "Key types" lists the types), and [ErrNotPublished]
 // for a publication of that name that sends other than the follower needs
 // (another column list, a row filter, missing operations): Publish does
 // not change a publication someone altered, it says how.
@@ -73,6 +76,9 @@ func Publish(ctx context.Context, conn *pgx.Conn, table, keyColumn string, opts 
 		return err
 	}
 	if err := checkReplicaIdentity(ctx, conn, r, keyColumn); err != nil {
+		return err
+	}
+	if err := checkKeyType(ctx, conn, r, keyColumn); err != nil {
 		return err
 	}
 	pub := publicationName(r.schema, r.name)

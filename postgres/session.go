@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -156,7 +157,26 @@ func (f *Follower[K]) checkSetup(ctx context.Context, sender *pgx.Conn) (relatio
 	if err != nil {
 		return rel, "", setup(err)
 	}
+	if err := f.readRule(ctx, sender, rel); err != nil {
+		return rel, "", err
+	}
 	return rel, pub, nil
+}
+
+// readRule reads the key column's forms for the session (the read and the
+// stream) and for Key, before the session can make the Loader ready: a
+// Key that returns a form is never one older than the guard's.
+func (f *Follower[K]) readRule(ctx context.Context, c *pgx.Conn, rel relation) error {
+	rule, err := readKeyRule(ctx, c, rel, f.key, f.dial.conf.RuntimeParams, cmp.Or(f.rule, f.tags.rule.Load()))
+	if err != nil {
+		if errors.Is(err, ErrKeyType) {
+			return failed(ReasonSetup, err)
+		}
+		return failed(ReasonConnectionLost, err)
+	}
+	f.rule = rule
+	f.tags.setRule(rule)
+	return nil
 }
 
 // startPoint decides where the session's stream starts (decide) and makes
@@ -221,7 +241,7 @@ func (f *Follower[K]) stream(ctx context.Context, sender *pgx.Conn, rc *pgconn.P
 	}
 	defer s.stop() // before sender closes (deferred earlier)
 	s.walsender = &probe
-	dec := newDecoder(decodedTable{schema: rel.schema, rel: rel.name, key: f.key})
+	dec := newDecoder(decodedTable{schema: rel.schema, rel: rel.name, key: f.key, rule: f.rule})
 	app := &applier[K]{f: f, s: s}
 	var received pglogrepl.LSN // the end of what the server sent
 	nextStatus := time.Now()

@@ -50,6 +50,7 @@ type Source struct {
 
 	acked      atomic.Uint64 // what the handler confirmed
 	lastStream uint32        // the walsender of the last session; Run's goroutine only
+	rules      []*keyRule    // the tables' key forms, as the last session read them; Run's goroutine only
 	state      atomic.Int32  // Following while a session streams, else PassThrough
 	sessions   atomic.Int64
 	failures   atomic.Int64
@@ -93,8 +94,9 @@ type SourceCommit struct {
 	Controls []SourceControl // markers and heartbeats of relayed followers
 }
 
-// SourceChanges is what a transaction did to one table: its keys as the
-// server prints them.
+// SourceChanges is what a transaction did to one table: its keys in the
+// canonical form of the key column's type (the README's "Key types"), as
+// [ReadTable] reads them.
 type SourceChanges struct {
 	Creates, Deletes []string
 	Truncated        bool
@@ -146,6 +148,12 @@ type SourceHandler interface {
 // until the standby answers, and the Source holds it, and everything after
 // it, back until then. A reader that learns of a commit from the handler's
 // output and then takes a snapshot sees the commit's rows.
+//
+// NewSource reads the type of each table's key column through a
+// connection of its own, within the heartbeat deadline, and returns an
+// error wrapping [ErrKeyType] for a type the guard cannot follow; a
+// database that does not answer is no error here (Run returns ErrKeyType
+// at its first session).
 func NewSource(dsn, name string, tables []SourceTable, opts ...Option) (*Source, error) {
 	c := config{backoff: DefaultBackoff, heartbeat: DefaultHeartbeat, logger: discardLogger}
 	if err := options.Apply("postgres: NewSource", &c, opts); err != nil {
@@ -174,8 +182,16 @@ func NewSource(dsn, name string, tables []SourceTable, opts ...Option) (*Source,
 	if err != nil {
 		return nil, fmt.Errorf("postgres: source: %w", err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.deadline)
+	defer cancel()
+	for _, t := range tables {
+		if _, err := readRuleOf(ctx, conf, t.Table, t.Key, false); errors.Is(err, ErrKeyType) {
+			return nil, err
+		}
+	}
 	return &Source{dial: dialer{conf: conf, who: "relay", origin: name, timeout: c.deadline},
 		tables: append([]SourceTable(nil), tables...), slot: relaySlotName(name), takeover: c.takeover, maxBackoff: cmp.Or(c.maxBackoff, MaxBackoff),
+		rules:     make([]*keyRule, len(tables)),
 		heartbeat: c.heartbeat, deadline: c.deadline, backoff: c.backoff,
 		log: c.logger.With(slog.Group("cuckooguard", slog.String("relay", name)))}, nil
 }
@@ -292,7 +308,7 @@ func (s *Source) Run(ctx context.Context, h SourceHandler) error {
 		}
 		s.failures.Add(1)
 		s.lastErr.Store(&err)
-		if first && (errors.Is(err, ErrLogicalUnavailable) || errors.Is(err, ErrNotPublished) || errors.Is(err, ErrKeyNotIdentity) || errors.Is(err, ErrSlotOfAnotherDatabase)) {
+		if first && (errors.Is(err, ErrLogicalUnavailable) || errors.Is(err, ErrNotPublished) || errors.Is(err, ErrKeyNotIdentity) || errors.Is(err, ErrSlotOfAnotherDatabase) || errors.Is(err, ErrKeyType)) {
 			return err
 		}
 		d := b.next()

@@ -26,7 +26,7 @@ func (s *Source) session(ctx context.Context, h SourceHandler) (streamed time.Du
 		return 0, err
 	}
 	defer sender.Close(context.WithoutCancel(ctx))
-	rels, versions, err := s.checkSetup(ctx, sender)
+	rels, versions, rules, err := s.checkSetup(ctx, sender)
 	if err != nil {
 		return 0, err
 	}
@@ -70,42 +70,54 @@ func (s *Source) session(ctx context.Context, h SourceHandler) (streamed time.Du
 	s.sessions.Add(1)
 	s.state.Store(int32(Following))
 	began := time.Now()
-	err = s.stream(ctx, sender, rc, h, rels, versions, start.LSN, vis)
+	err = s.stream(ctx, sender, rc, h, rels, versions, rules, start.LSN, vis)
 	return time.Since(began), err
 }
 
 // checkSetup checks what logical decoding needs and each table's
-// publication, and returns the tables as the server resolves them and
-// the versions of their publications.
-func (s *Source) checkSetup(ctx context.Context, c *pgx.Conn) ([]relation, []string, error) {
+// publication, and returns the tables as the server resolves them, the
+// versions of their publications, and their keys' forms.
+func (s *Source) checkSetup(ctx context.Context, c *pgx.Conn) ([]relation, []string, []*keyRule, error) {
 	setup := func(err error) error {
-		if errors.Is(err, ErrLogicalUnavailable) || errors.Is(err, ErrNotPublished) || errors.Is(err, ErrKeyNotIdentity) {
+		if errors.Is(err, ErrLogicalUnavailable) || errors.Is(err, ErrNotPublished) || errors.Is(err, ErrKeyNotIdentity) || errors.Is(err, ErrKeyType) {
 			return failed(ReasonSetup, err)
 		}
 		return failed(ReasonConnectionLost, err)
 	}
 	if err := checkServer(ctx, c); err != nil {
-		return nil, nil, setup(err)
+		return nil, nil, nil, setup(err)
 	}
 	if err := checkReplication(ctx, c); err != nil {
-		return nil, nil, setup(err)
+		return nil, nil, nil, setup(err)
 	}
 	rels := make([]relation, len(s.tables))
 	versions := make([]string, len(s.tables))
+	rules := make([]*keyRule, len(s.tables))
 	for i, t := range s.tables {
 		r, err := resolve(ctx, c, t.Table)
 		if err != nil {
-			return nil, nil, failed(ReasonSetup, err)
+			return nil, nil, nil, failed(ReasonSetup, err)
 		}
 		if err := checkPublished(ctx, c, r, t.Key); err != nil {
-			return nil, nil, setup(err)
+			return nil, nil, nil, setup(err)
 		}
 		if versions[i], err = readPublicationVersion(ctx, c, r); err != nil {
-			return nil, nil, setup(err)
+			return nil, nil, nil, setup(err)
+		}
+		// Any citext table's map serves the others: one database.
+		prev := s.rules[i]
+		for _, p := range rules[:i] {
+			if p.lower != nil {
+				prev = p
+			}
+		}
+		if rules[i], err = readKeyRule(ctx, c, r, t.Key, s.dial.conf.RuntimeParams, prev); err != nil {
+			return nil, nil, nil, setup(err)
 		}
 		rels[i] = r
 	}
-	return rels, versions, nil
+	s.rules = rules
+	return rels, versions, rules, nil
 }
 
 // startPoint returns where the stream starts: the slot's confirmed
@@ -162,10 +174,10 @@ func (s *Source) startPoint(ctx context.Context, sender *pgx.Conn, rc *pgconn.Pg
 }
 
 // stream passes on the session's stream until it fails or ctx ends.
-func (s *Source) stream(ctx context.Context, sender *pgx.Conn, rc *pgconn.PgConn, h SourceHandler, rels []relation, versions []string, from pglogrepl.LSN, vis *visibility) error {
+func (s *Source) stream(ctx context.Context, sender *pgx.Conn, rc *pgconn.PgConn, h SourceHandler, rels []relation, versions []string, rules []*keyRule, from pglogrepl.LSN, vis *visibility) error {
 	tables := make([]decodedTable, len(rels))
 	for i, r := range rels {
-		tables[i] = decodedTable{schema: r.schema, rel: r.name, key: s.tables[i].Key}
+		tables[i] = decodedTable{schema: r.schema, rel: r.name, key: s.tables[i].Key, rule: rules[i]}
 	}
 	dec := newDecoder(tables...)
 	beats := &sourceBeats{versions: strings.Join(versions, "|")}

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -25,6 +27,10 @@ type Tagger[K comparable] struct {
 	parse  func(string) (K, error)
 	text   func(K) string
 	notify bool // tags go to the setting the NOTIFY trigger reads
+
+	rule   atomic.Pointer[keyRule] // the key column's forms (keys.go); nil until read
+	col    *column                 // where Key reads them while rule is nil; nil: nowhere
+	readMu sync.Mutex              // held while Key reads them
 }
 
 // NewTagger returns the Tagger of a run of the follower named origin
@@ -91,8 +97,17 @@ func (t *Tagger[K]) Query(keys ...K) (query string, args []any, err error) {
 // setting).
 func (t *Tagger[K]) content(run string, keys []K) ([]byte, error) {
 	var b []byte
+	rule := t.rule.Load()
 	for _, k := range keys {
 		text := t.text(k)
+		if rule != nil {
+			if c, err := rule.key(text); err != nil || c != text {
+				if err == nil {
+					err = fmt.Errorf("its canonical form is %q", c)
+				}
+				return nil, fmt.Errorf("postgres: Tag: key %v is not in the canonical form of its column's type %s (%v): the Loader would hold a form that no lookup through Key asks for; give the Loader the key that Key returns", k, rule.typ, err)
+			}
+		}
 		if back, err := t.parse(text); err != nil || back != k {
 			if err == nil {
 				err = fmt.Errorf("it parses as %v", back)
@@ -190,4 +205,153 @@ func keyTextOf[K comparable]() func(K) string {
 		return func(k K) string { return strconv.FormatInt(any(k).(int64), 10) }
 	}
 	return func(k K) string { return fmt.Sprint(k) }
+}
+
+// Key returns the key that the guard holds for text, a key of the
+// followed column written in any form the database reads as it: parse of
+// the text's canonical form for the column's type ("ab" for a character(5)
+// key stored as "ab   ", "alice@example.com" for the citext
+// "Alice@Example.com", "1.5" for the numeric 1.50; the README's "Key
+// types" lists them). Look keys up through it, in the Loader and in
+// middleware.Parse, and insert the keys it returns: the guard holds each
+// key in that one form. For a text of another type's form, or one whose
+// value depends on the looking-up session (a timestamp with time zone
+// without an offset), Key returns an error: the guard cannot judge it, and
+// the lookup must go to the store (the middleware passes a request whose
+// key function fails on to the handler).
+//
+// It returns an error wrapping [ErrKeyUnknown] before the column's type
+// is known: see [Tagger.UseColumn].
+func (t *Tagger[K]) Key(text string) (K, error) {
+	r := t.rule.Load()
+	if r == nil {
+		var err error
+		if r, err = t.readRule(); err != nil {
+			return *new(K), err
+		}
+	}
+	s, err := r.key(text)
+	if err != nil {
+		return *new(K), err
+	}
+	return t.parse(s)
+}
+
+// UseColumn makes the Tagger's keys those of table's keyColumn, whose type
+// it reads through a connection of conf (its DSN's startup parameters are
+// those of the connections that read keys): [Tagger.Key] returns their
+// canonical form, and [Tagger.Tag] refuses a key in another form. It reads
+// the type now, connecting within timeout, and returns an error wrapping
+// [ErrKeyType] for a type the guard cannot follow. A database that does
+// not answer is no error: Key reads the type at its first call after, and
+// returns [ErrKeyUnknown] until it can. A follower calls it from its
+// constructor.
+func (t *Tagger[K]) UseColumn(conf *pgx.ConnConfig, table, keyColumn string, timeout time.Duration) error {
+	if conf == nil || table == "" || keyColumn == "" || timeout <= 0 {
+		return errors.New("postgres: Tagger.UseColumn needs a connection config, a table, a key column and a timeout")
+	}
+	t.col = &column{conf: conf.Copy(), table: table, key: keyColumn, timeout: timeout}
+	r, err := t.col.read()
+	switch {
+	case errors.Is(err, ErrKeyType):
+		return err
+	case err == nil:
+		t.rule.Store(r)
+	}
+	return nil
+}
+
+// ReadColumn reads the type of the Tagger's column ([Tagger.UseColumn])
+// again, through conn, and returns an error wrapping [ErrKeyType] for a
+// type the guard cannot follow. A follower calls it at the start of each
+// session, before the session can make its Loader ready: whenever the
+// follower follows, Key knows the forms its guard holds (UseColumn may
+// not have reached the database). It reuses citext's map while the
+// database's ctype and its version stay the same.
+func (t *Tagger[K]) ReadColumn(ctx context.Context, conn *pgx.Conn) error {
+	switch {
+	case ctx == nil || conn == nil:
+		return errors.New("postgres: Tagger.ReadColumn needs a context and a connection")
+	case t.col == nil:
+		return errors.New("postgres: Tagger.ReadColumn: the Tagger has no column (Tagger.UseColumn)")
+	}
+	r, err := resolve(ctx, conn, t.col.table)
+	if err != nil {
+		return err
+	}
+	rule, err := readKeyRule(ctx, conn, r, t.col.key, conn.Config().RuntimeParams, t.rule.Load())
+	if err != nil {
+		return err
+	}
+	t.rule.Store(rule)
+	return nil
+}
+
+// readRule reads the key column's forms for Key, once at a time: a Key
+// that finds another one reading returns ErrKeyUnknown rather than wait.
+func (t *Tagger[K]) readRule() (*keyRule, error) {
+	if t.col == nil {
+		return nil, fmt.Errorf("%w: the Tagger has no column (Tagger.UseColumn)", ErrKeyUnknown)
+	}
+	if !t.readMu.TryLock() {
+		return nil, fmt.Errorf("%w: it is being read", ErrKeyUnknown)
+	}
+	defer t.readMu.Unlock()
+	if r := t.rule.Load(); r != nil {
+		return r, nil
+	}
+	r, err := t.col.read()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrKeyUnknown, err)
+	}
+	t.rule.CompareAndSwap(nil, r)
+	return t.rule.Load(), nil
+}
+
+// setRule makes r the key column's forms: a follower's session read them.
+func (t *Tagger[K]) setRule(r *keyRule) { t.rule.Store(r) }
+
+// column is a key column, and how to read its type.
+type column struct {
+	conf       *pgx.ConnConfig
+	table, key string
+	timeout    time.Duration
+}
+
+// readRuleTimeout bounds the queries that read a key column's forms
+// through a connection of their own (citext's map takes the server a
+// quarter of a second), beyond the timeout of connecting.
+const readRuleTimeout = 10 * time.Second
+
+// read reads the column's forms through a connection of its own, made
+// within the column's timeout.
+func (c *column) read() (*keyRule, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout+readRuleTimeout)
+	defer cancel()
+	conf := c.conf.Copy()
+	conf.ConnectTimeout = c.timeout
+	return readRuleOf(ctx, conf, c.table, c.key, true)
+}
+
+// readRuleOf reads the forms of table's key column through a connection
+// of conf, or without forms only whether its type can be followed.
+func readRuleOf(ctx context.Context, conf *pgx.ConnConfig, table, key string, forms bool) (*keyRule, error) {
+	conf = conf.Copy()
+	conf.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol // through a pooler, as dialer.connect
+	if conf.RuntimeParams["application_name"] == "" {
+		conf.RuntimeParams["application_name"] = "cuckooguard key type"
+	}
+	conn, err := pgx.ConnectConfig(ctx, conf)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: read the key column's type: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	r, err := resolve(ctx, conn, table)
+	if err != nil {
+		return nil, err
+	}
+	if !forms {
+		return nil, checkKeyType(ctx, conn, r, key)
+	}
+	return readKeyRule(ctx, conn, r, key, conf.RuntimeParams, nil)
 }
