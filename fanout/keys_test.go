@@ -97,7 +97,7 @@ func (e *env) startStrNode(t *testing.T, id, table string, save bool) *strNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := append([]Option{WithOrigin(id), WithHeartbeat(50 * time.Millisecond), WithBackoff(20 * time.Millisecond)}, e.opts...)
+	opts := append([]Option{WithOrigin(id), WithHeartbeat(50 * time.Millisecond), WithBackoff(20 * time.Millisecond), WithRelay(e.relays[len(e.relays)-1])}, e.opts...)
 	var self atomic.Pointer[Follower[string]]
 	if save {
 		opts = append(opts, WithSnapshots(e.bucket(), 50*time.Millisecond, func() bool {
@@ -319,7 +319,7 @@ func TestKeyTypeRefusedByRelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	_, err = NewFollower(l, e.nc, e.dsn, "refused", "id", func(s string) (string, error) { return s, nil }, e.opts...)
+	_, err = NewFollower(l, e.nc, e.dsn, "refused", "id", func(s string) (string, error) { return s, nil }, append(e.opts, WithRelay("refused"))...)
 	if !errors.Is(err, postgres.ErrKeyType) {
 		t.Errorf("NewFollower = %v, want postgres.ErrKeyType", err)
 	}
