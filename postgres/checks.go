@@ -77,7 +77,7 @@ func splitTable(ctx context.Context, q queryRower, table string) (schema, rel st
 
 // checkServer returns an error wrapping ErrLogicalUnavailable unless the
 // server decodes logically and publishes column lists.
-func checkServer(ctx context.Context, conn *pgx.Conn) error {
+func checkServer(ctx context.Context, conn Conn) error {
 	var level string
 	var version int
 	if err := conn.QueryRow(ctx, `SELECT current_setting('wal_level'), current_setting('server_version_num')::int`).Scan(&level, &version); err != nil {
@@ -94,7 +94,7 @@ func checkServer(ctx context.Context, conn *pgx.Conn) error {
 
 // checkReplication returns an error wrapping ErrLogicalUnavailable unless
 // the connection's user may stream changes.
-func checkReplication(ctx context.Context, conn *pgx.Conn) error {
+func checkReplication(ctx context.Context, conn Conn) error {
 	var user string
 	var may bool
 	if err := conn.QueryRow(ctx, `SELECT current_user, rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user`).Scan(&user, &may); err != nil {
@@ -108,7 +108,7 @@ func checkReplication(ctx context.Context, conn *pgx.Conn) error {
 
 // checkReplicaIdentity returns an error wrapping ErrLogicalUnavailable
 // unless r's replica identity is exactly keyColumn.
-func checkReplicaIdentity(ctx context.Context, conn *pgx.Conn, r relation, keyColumn string) error {
+func checkReplicaIdentity(ctx context.Context, conn Conn, r relation, keyColumn string) error {
 	var ident string
 	var cols []string
 	err := conn.QueryRow(ctx, `
@@ -239,8 +239,8 @@ func readPublicationVersion(ctx context.Context, q queryRower, r relation) (stri
 // Resolve returns table as the server resolves it through conn (its
 // search_path), as "schema.table": the form of [SourceStart.Tables], by
 // which a relay and the followers behind it name a table.
-func Resolve(ctx context.Context, conn *pgx.Conn, table string) (string, error) {
-	if ctx == nil || conn == nil {
+func Resolve(ctx context.Context, conn Conn, table string) (string, error) {
+	if ctx == nil || noConn(conn) {
 		return "", errors.New("postgres: Resolve needs a context and a connection")
 	}
 	r, err := resolve(ctx, conn, table)

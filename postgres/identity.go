@@ -23,8 +23,8 @@ type Database struct {
 
 // IdentifyDatabase returns the identity of the database conn is connected
 // to. It needs no privilege beyond connecting.
-func IdentifyDatabase(ctx context.Context, conn *pgx.Conn) (Database, error) {
-	if ctx == nil || conn == nil {
+func IdentifyDatabase(ctx context.Context, conn Conn) (Database, error) {
+	if ctx == nil || noConn(conn) {
 		return Database{}, errors.New("postgres: IdentifyDatabase needs a context and a connection")
 	}
 	var d Database

@@ -51,11 +51,11 @@ func name(prefix, s string) string {
 // if it cannot get that lock within 10 seconds, rather than queue every
 // query on the table behind it. Like Publish, it returns an error wrapping
 // [ErrKeyType] for a key column whose type cannot be followed.
-func Install(ctx context.Context, conn *pgx.Conn, table, keyColumn string) error {
+func Install(ctx context.Context, conn Conn, table, keyColumn string) error {
 	switch {
 	case ctx == nil:
 		return errors.New("postgres: Install: ctx is nil")
-	case conn == nil:
+	case noConn(conn):
 		return errors.New("postgres: Install: conn is nil")
 	}
 	if r, err := resolve(ctx, conn, table); err == nil {
@@ -142,7 +142,7 @@ END
 
 // checkInstalled returns ErrNotInstalled unless table has an enabled
 // trigger whose function notifies Channel(table).
-func checkInstalled(ctx context.Context, conn *pgx.Conn, table string) error {
+func checkInstalled(ctx context.Context, conn Conn, table string) error {
 	var exists, installed bool
 	err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, EXISTS (SELECT FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
 		WHERE t.tgrelid = to_regclass($1) AND t.tgenabled <> 'D' AND position($2 in p.prosrc) > 0)`,

@@ -55,7 +55,7 @@ const registry = "cuckooguard_slots"
 // (each part taken literally, in any case), or as SQL writes it, with
 // double quotes ("\"UserAccounts\""). Of the options only [WithRegistry]
 // applies.
-func Publish(ctx context.Context, conn *pgx.Conn, table, keyColumn string, opts ...Option) error {
+func Publish(ctx context.Context, conn Conn, table, keyColumn string, opts ...Option) error {
 	c, err := adminConfig("Publish", opts)
 	if err != nil {
 		return err
@@ -63,7 +63,7 @@ func Publish(ctx context.Context, conn *pgx.Conn, table, keyColumn string, opts 
 	switch {
 	case ctx == nil:
 		return errors.New("postgres: Publish: ctx is nil")
-	case conn == nil:
+	case noConn(conn):
 		return errors.New("postgres: Publish: conn is nil")
 	case table == "" || keyColumn == "":
 		return errors.New("postgres: Publish needs a table and a key column")

@@ -56,13 +56,17 @@ type SlotInfo struct {
 	WALStatus     string    // pg_replication_slots.wal_status: reserved, extended, unreserved, or lost
 	RetainedBytes int64     // WAL the server keeps for the slot: from its restart_lsn to the current position
 	LastSeen      time.Time // when a follower last used it; zero if not recorded
+	// Relay: the slot of a relay (a [Source], named by [SlotName]) that
+	// streams this table and maybe others; Origin is the relay's name.
+	Relay bool
 }
 
 // Slots lists the replication slots of the followers of table: each
-// process with an origin has one. A slot that is not active holds WAL on
+// process with an origin has one, and a relay ([Source]) that streams the
+// table has one for all its tables. A slot that is not active holds WAL on
 // the server for a follower that may come back: see [DropStaleSlots].
-func Slots(ctx context.Context, conn *pgx.Conn, table string, opts ...Option) ([]SlotInfo, error) {
-	if ctx == nil || conn == nil {
+func Slots(ctx context.Context, conn Conn, table string, opts ...Option) ([]SlotInfo, error) {
+	if ctx == nil || noConn(conn) {
 		return nil, errors.New("postgres: Slots needs a context and a connection")
 	}
 	c, err := adminConfig("Slots", opts)
@@ -82,21 +86,25 @@ func Slots(ctx context.Context, conn *pgx.Conn, table string, opts ...Option) ([
 		return nil, fmt.Errorf("postgres: list slots: %w", err)
 	}
 	if !noted {
-		reg = `(SELECT NULL::text AS slot_name, NULL::text AS origin, NULL::timestamptz AS last_seen)`
+		reg = `(SELECT NULL::text AS slot_name, NULL::text AS table_name, NULL::text AS origin, NULL::timestamptz AS last_seen)`
 	}
+	// The followers' slots by their names; a relay's (a Source's), which
+	// streams several tables, by its row in cuckooguard_slots.
 	q := fmt.Sprintf(`SELECT s.slot_name::text, coalesce(r.origin, ''), s.active, coalesce(s.wal_status, ''),
-		coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn), 0)::bigint, r.last_seen
+		coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn), 0)::bigint, r.last_seen,
+		starts_with(s.slot_name::text, 'cg_relay_')
 		FROM pg_replication_slots s LEFT JOIN %s r ON r.slot_name = s.slot_name
-		WHERE s.database = current_database() AND starts_with(s.slot_name::text, $1)
+		WHERE s.database = current_database() AND (starts_with(s.slot_name::text, $1)
+			OR starts_with(s.slot_name::text, 'cg_relay_') AND $2 = ANY (string_to_array(r.table_name, ',')))
 		ORDER BY 1`, reg)
-	rows, err := conn.Query(ctx, q, prefix)
+	rows, err := conn.Query(ctx, q, prefix, schema+"."+rel)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list slots: %w", err)
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (SlotInfo, error) {
 		var s SlotInfo
 		var seen *time.Time
-		err := row.Scan(&s.Name, &s.Origin, &s.Active, &s.WALStatus, &s.RetainedBytes, &seen)
+		err := row.Scan(&s.Name, &s.Origin, &s.Active, &s.WALStatus, &s.RetainedBytes, &seen, &s.Relay)
 		if seen != nil {
 			s.LastSeen = *seen
 		}
@@ -112,7 +120,7 @@ func Slots(ctx context.Context, conn *pgx.Conn, table string, opts ...Option) ([
 // server until it is dropped, or until max_slot_wal_keep_size makes the
 // server give it up. A follower whose slot was dropped reads the whole
 // table when it comes back.
-func DropStaleSlots(ctx context.Context, conn *pgx.Conn, table string, olderThan time.Duration, opts ...Option) ([]string, error) {
+func DropStaleSlots(ctx context.Context, conn Conn, table string, olderThan time.Duration, opts ...Option) ([]string, error) {
 	if olderThan <= 0 {
 		return nil, fmt.Errorf("postgres: DropStaleSlots: olderThan %v must be positive", olderThan)
 	}
@@ -157,7 +165,7 @@ type slotState struct {
 }
 
 // readSlot returns the state of slot name.
-func readSlot(ctx context.Context, conn *pgx.Conn, name string) (slotState, error) {
+func readSlot(ctx context.Context, conn Conn, name string) (slotState, error) {
 	var st slotState
 	var confirmed *string
 	err := conn.QueryRow(ctx, `SELECT active, coalesce(active_pid, 0)::bigint, confirmed_flush_lsn::text, coalesce(wal_status, ''),
@@ -180,7 +188,7 @@ func readSlot(ctx context.Context, conn *pgx.Conn, name string) (slotState, erro
 }
 
 // dropSlot drops slot name if it exists and no one streams from it.
-func dropSlot(ctx context.Context, conn *pgx.Conn, name string) error {
+func dropSlot(ctx context.Context, conn Conn, name string) error {
 	_, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
 		WHERE slot_name = $1 AND database = current_database()`, name)
 	if err != nil {
@@ -191,7 +199,7 @@ func dropSlot(ctx context.Context, conn *pgx.Conn, name string) error {
 
 // noteSlot records in reg (cuckooguard_slots) that a follower uses slot
 // name now.
-func noteSlot(ctx context.Context, conn *pgx.Conn, reg, name, table, origin string) error {
+func noteSlot(ctx context.Context, conn Conn, reg, name, table, origin string) error {
 	q := fmt.Sprintf(`INSERT INTO %s (slot_name, table_name, origin, last_seen) VALUES ($1, $2, $3, now())
 		ON CONFLICT (slot_name) DO UPDATE SET last_seen = now()`, reg)
 	if _, err := conn.Exec(ctx, q, name, table, origin); err != nil {
@@ -203,11 +211,13 @@ func noteSlot(ctx context.Context, conn *pgx.Conn, reg, name, table, origin stri
 // Unpublish undoes [Publish] for table: it drops the replication slots of
 // the table's followers, ending the connections that still stream from
 // them, the publication, and their rows in cuckooguard_slots, and that
-// table too once no other table's followers have rows in it. Stop the
+// table too once no other table's followers have rows in it. A relay's
+// slot ([Source]) that streamed the table and no other of the registry
+// is dropped too (see also [DropRelaySlot]). Stop the
 // followers first: one that runs on reads the table again and fails,
 // since the publication is gone.
-func Unpublish(ctx context.Context, conn *pgx.Conn, table string, opts ...Option) error {
-	if ctx == nil || conn == nil {
+func Unpublish(ctx context.Context, conn Conn, table string, opts ...Option) error {
+	if ctx == nil || noConn(conn) {
 		return errors.New("postgres: Unpublish needs a context and a connection")
 	}
 	c, err := adminConfig("Unpublish", opts)
@@ -254,6 +264,12 @@ func Unpublish(ctx context.Context, conn *pgx.Conn, table string, opts ...Option
 	if _, err := conn.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE starts_with(slot_name, $1)`, reg), prefix); err != nil {
 		return fmt.Errorf("postgres: unpublish: %w", err)
 	}
+	// The relays that stream the table: it leaves their rows, and a relay
+	// left with no table of this schema loses its row, and its slot if no
+	// other schema's registry names it.
+	if err := unpublishRelays(ctx, conn, reg, schema+"."+rel); err != nil {
+		return err
+	}
 	var others bool
 	if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT FROM %s)`, reg)).Scan(&others); err != nil {
 		return fmt.Errorf("postgres: unpublish: %w", err)
@@ -276,4 +292,69 @@ func (f *Follower[K]) noteSlot(ctx context.Context, c *pgx.Conn, rel relation, n
 		f.log.LogAttrs(ctx, slog.LevelWarn, "cuckooguard: follower cannot note its slot's use in cuckooguard_slots (run Publish, and grant its role SELECT, INSERT and UPDATE on the table); DropStaleSlots will not find the slot stale",
 			slog.String("slot", name), slog.Any("error", err))
 	}
+}
+
+// unpublishRelays takes table ("schema.table") out of the rows of relay
+// slots in reg, and drops the slots left with no table.
+func unpublishRelays(ctx context.Context, conn Conn, reg, table string) error {
+	rows, err := conn.Query(ctx, fmt.Sprintf(`UPDATE %s SET table_name = array_to_string(array_remove(string_to_array(table_name, ','), $1), ',')
+		WHERE starts_with(slot_name, 'cg_relay_') AND $1 = ANY (string_to_array(table_name, ',')) RETURNING slot_name, table_name`, reg), table)
+	if err != nil {
+		return fmt.Errorf("postgres: unpublish: %w", err)
+	}
+	type left struct{ slot, tables string }
+	relays, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (left, error) {
+		var l left
+		return l, row.Scan(&l.slot, &l.tables)
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: unpublish: %w", err)
+	}
+	for _, l := range relays {
+		if l.tables != "" {
+			continue
+		}
+		if _, err := conn.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE slot_name = $1`, reg), l.slot); err != nil {
+			return fmt.Errorf("postgres: unpublish: %w", err)
+		}
+		if err := dropSlotNow(ctx, conn, l.slot); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DropRelaySlot drops the replication slot of the relay named name (a
+// [Source]; see [SlotName]), ending the connection that streams from it
+// if one does: for a service that no longer relays. Stop its relays
+// first: one that runs on makes the slot again, and its followers read
+// their tables again. A slot that does not exist is no error.
+func DropRelaySlot(ctx context.Context, conn Conn, name string) error {
+	if ctx == nil || noConn(conn) || name == "" {
+		return errors.New("postgres: DropRelaySlot needs a context, a connection and the relay's name")
+	}
+	return dropSlotNow(ctx, conn, SlotName(name))
+}
+
+// dropSlotNow ends the walsender that holds slot, if any, waits for it to
+// let go, and drops the slot.
+func dropSlotNow(ctx context.Context, conn Conn, slot string) error {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var active int
+		if err := conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(active_pid)) FROM pg_replication_slots
+			WHERE active AND slot_name = $1 AND database = current_database()`, slot).Scan(&active); err != nil {
+			return fmt.Errorf("postgres: drop slot %s: %w", slot, err)
+		}
+		if active == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("postgres: drop slot %s: it stays in use", slot)
+		}
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+		WHERE slot_name = $1 AND database = current_database()`, slot); err != nil {
+		return fmt.Errorf("postgres: drop slot %s: %w", slot, err)
+	}
+	return nil
 }

@@ -43,6 +43,10 @@ type Source struct {
 	dial      dialer
 	tables    []SourceTable
 	slot      string
+	name      string
+	registry  config    // its registry (WithRegistry) only
+	noted     time.Time // when the slot's use was last noted in cuckooguard_slots; the heartbeat's goroutine only
+	noteSaid  bool      // a failure to note it was logged
 	heartbeat time.Duration
 	deadline  time.Duration
 	backoff   time.Duration
@@ -140,7 +144,10 @@ type SourceHandler interface {
 // restarts). dsn is a postgres:// URL for a user with the REPLICATION
 // attribute; run [Publish] for each table first. Of the options,
 // [WithHeartbeat], [WithHeartbeatDeadline], [WithBackoff],
-// [WithMaxBackoff], [WithLogger] and [WithSlotTakeover] apply.
+// [WithMaxBackoff], [WithLogger], [WithSlotTakeover] and [WithRegistry]
+// apply. Its slot's use is noted in cuckooguard_slots beside each of its
+// tables (or in WithRegistry's), so that [Slots], [DropStaleSlots] and
+// [Unpublish] of a table see it.
 //
 // The handler gets a commit that changed a table only once it is visible
 // to new snapshots: a commit is decoded as soon as its record is flushed,
@@ -190,7 +197,8 @@ func NewSource(dsn, name string, tables []SourceTable, opts ...Option) (*Source,
 		}
 	}
 	return &Source{dial: dialer{conf: conf, who: "relay", origin: name, timeout: c.deadline},
-		tables: append([]SourceTable(nil), tables...), slot: relaySlotName(name), takeover: c.takeover, maxBackoff: cmp.Or(c.maxBackoff, MaxBackoff),
+		tables: append([]SourceTable(nil), tables...), slot: relaySlotName(name), name: name, registry: config{registry: c.registry},
+		takeover: c.takeover, maxBackoff: cmp.Or(c.maxBackoff, MaxBackoff),
 		rules:     make([]*keyRule, len(tables)),
 		heartbeat: c.heartbeat, deadline: c.deadline, backoff: c.backoff,
 		log: c.logger.With(slog.Group("cuckooguard", slog.String("relay", name)))}, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -343,5 +344,30 @@ func (s *Source) beat(ctx context.Context, c *pgx.Conn, rels []relation, token s
 		return fmt.Errorf("postgres: relay: read slot %s: %w", s.slot, err)
 	}
 	s.retained.Store(retained)
+	if time.Since(s.noted) >= noteEvery {
+		s.noted = time.Now()
+		s.noteSlot(bctx, c, rels)
+	}
 	return nil
+}
+
+// noteSlot notes in cuckooguard_slots, beside each table (or in the
+// registry of WithRegistry), that the Source uses its slot now, for its
+// tables of that schema ("schema.table", comma-separated), best effort:
+// a role that cannot write the table relays all the same, and
+// DropStaleSlots then never finds the slot stale.
+func (s *Source) noteSlot(ctx context.Context, c *pgx.Conn, rels []relation) {
+	bySchema := map[string][]string{}
+	for _, r := range rels {
+		bySchema[r.schema] = append(bySchema[r.schema], r.String())
+	}
+	for schema, tables := range bySchema {
+		q := fmt.Sprintf(`INSERT INTO %s (slot_name, table_name, origin, last_seen) VALUES ($1, $2, $3, now())
+			ON CONFLICT (slot_name) DO UPDATE SET table_name = EXCLUDED.table_name, last_seen = now()`, s.registry.registryIn(schema))
+		if _, err := c.Exec(ctx, q, s.slot, strings.Join(tables, ","), s.name); err != nil && !s.noteSaid {
+			s.noteSaid = true
+			s.log.LogAttrs(ctx, slog.LevelInfo, "cuckooguard: relay cannot note its slot's use in cuckooguard_slots; DropStaleSlots will not find it stale",
+				slog.String("slot", s.slot), slog.Any("error", err))
+		}
+	}
 }
