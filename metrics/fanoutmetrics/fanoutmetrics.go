@@ -21,6 +21,12 @@
 //	cuckooguard_fanout_snapshot_starts_total                  counter  starts from a guard saved in the object store
 //	cuckooguard_fanout_snapshots_saved_total                  counter  guards saved to the object store
 //	cuckooguard_fanout_current_as_of_timestamp_seconds        gauge    every change committed before it has been applied (0: never)
+//	cuckooguard_fanout_pending_messages                       gauge    messages of the table the stream holds for this follower, not delivered yet
+//	cuckooguard_fanout_relay_silence_seconds                  gauge    how long no message of the table's subject has come: past the max lag,
+//	                                                                   the relay (or the broker) stalls, where a follower that is only behind
+//	                                                                   still gets messages
+//	cuckooguard_fanout_fenced_messages_total                  counter  messages of a relay whose lease lapsed, ignored
+//	cuckooguard_fanout_nats_connected                         gauge    1 while the follower's NATS connection is connected
 //
 //	cuckooguard_fanout_relay_leading                          gauge    1 while this process is the relay
 //	cuckooguard_fanout_relay_terms_total                      counter  times this process became the relay
@@ -30,6 +36,9 @@
 //	cuckooguard_fanout_relay_sessions_total                   counter  replication sessions started
 //	cuckooguard_fanout_relay_session_failures_total           counter  replication sessions that ended in an error
 //	cuckooguard_fanout_relay_commits_total                    counter  committed transactions relayed
+//	cuckooguard_fanout_relay_slot_retained_bytes              gauge    WAL the relay's slot holds on the server (as of the relay's last
+//	                                                                   heartbeat; 0 on a process that does not relay)
+//	cuckooguard_fanout_relay_lease_lapses_total               counter  terms that ended because this process did not renew its lease in time
 package fanoutmetrics
 
 import (
@@ -73,12 +82,12 @@ func NewFollowerCollector(f FollowerStatser, opts ...metrics.Option) prometheus.
 	c.Add(tx, func(s *S) float64 { return float64(s.Applied) }, "applied").
 		Add(tx, func(s *S) float64 { return float64(s.Skipped) }, "skipped")
 	reads := collect.Metric{Subsystem: sub, Name: "full_reads_total", Type: prometheus.CounterValue, Labels: []string{"reason"},
-		Help: `Reads of the whole table, by why: "start" and "requested" are routine; "reset", "reread" (a TRUNCATE or a transaction bigger than the relay holds back) and "gap" (messages missing from the stream) are worth a look when they repeat.`}
+		Help: `Reads of the whole table, by why: "start" and "requested" are routine; "reset", "reread" (a TRUNCATE or a transaction bigger than the relay holds back), "gap" (messages missing from the stream) and "stream" (the stream was deleted and made again) are worth a look when they repeat.`}
 	for _, r := range fanout.ReadReasons {
 		c.Add(reads, func(s *S) float64 { return float64(s.Reads[r]) }, r)
 	}
 	failures := collect.Metric{Subsystem: sub, Name: "session_failures_total", Type: prometheus.CounterValue, Labels: []string{"reason"},
-		Help: `Follower sessions that ended in an error, by what ended them: "database", "stream" (the stream or its consumer), "setup" (the table or the stream cannot be found).`}
+		Help: `Follower sessions that ended in an error, by what ended them: "database", "stream" (the stream or its consumer), "nats" (the NATS connection went down), "setup" (the table or the stream cannot be found).`}
 	for _, r := range fanout.FailureReasons {
 		c.Add(failures, func(s *S) float64 { return float64(s.Failures[r]) }, r)
 	}
@@ -90,7 +99,19 @@ func NewFollowerCollector(f FollowerStatser, opts ...metrics.Option) prometheus.
 			func(s *S) float64 { return float64(s.SnapshotsSaved) }).
 		Add(collect.Metric{Subsystem: sub, Name: "current_as_of_timestamp_seconds", Type: prometheus.GaugeValue,
 			Help: "Unix time before which every committed change has been applied; 0 if none has been confirmed yet."},
-			func(s *S) float64 { return collect.Timestamp(s.CurrentAsOf) })
+			func(s *S) float64 { return collect.Timestamp(s.CurrentAsOf) }).
+		Add(collect.Metric{Subsystem: sub, Name: "pending_messages", Type: prometheus.GaugeValue,
+			Help: "Messages of the table the stream holds for this follower and has not delivered yet."},
+			func(s *S) float64 { return float64(s.Pending) }).
+		Add(collect.Metric{Subsystem: sub, Name: "relay_silence_seconds", Type: prometheus.GaugeValue,
+			Help: "How long no message of the table's subject has come. Every follower's heartbeats pass through it several times a second: past the max lag the relay, or the broker, stalls."},
+			func(s *S) float64 { return s.RelaySilence.Seconds() }).
+		Add(collect.Metric{Subsystem: sub, Name: "fenced_messages_total", Type: prometheus.CounterValue,
+			Help: "Messages of a relay whose lease lapsed (an older term), ignored."},
+			func(s *S) float64 { return float64(s.Fenced) }).
+		Add(collect.Metric{Subsystem: sub, Name: "nats_connected", Type: prometheus.GaugeValue,
+			Help: "1 while the follower's NATS connection is connected; 0 while it reconnects or is closed (lookups pass through)."},
+			func(s *S) float64 { return collect.Bool(s.NATSConnected) })
 	return c
 }
 
@@ -128,6 +149,17 @@ func NewRelayCollector(r RelayStatser, opts ...metrics.Option) prometheus.Collec
 			func(s *S) float64 { return float64(s.Source.Failures) }).
 		Add(collect.Metric{Subsystem: sub, Name: "relay_commits_total", Type: prometheus.CounterValue,
 			Help: "Committed transactions the relay passed on."},
-			func(s *S) float64 { return float64(s.Source.Commits) })
+			func(s *S) float64 { return float64(s.Source.Commits) }).
+		Add(collect.Metric{Subsystem: sub, Name: "relay_slot_retained_bytes", Type: prometheus.GaugeValue,
+			Help: "WAL the relay's replication slot holds on the server, as of the relay's last heartbeat (0 where this process does not relay)."},
+			func(s *S) float64 {
+				if !s.Leading {
+					return 0
+				}
+				return float64(s.Source.SlotRetained)
+			}).
+		Add(collect.Metric{Subsystem: sub, Name: "relay_lease_lapses_total", Type: prometheus.CounterValue,
+			Help: "Terms that ended because this process did not renew its lease in time (a pause longer than the lease): another replica may have taken over."},
+			func(s *S) float64 { return float64(s.Lapsed) })
 	return c
 }

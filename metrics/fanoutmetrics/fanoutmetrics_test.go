@@ -41,9 +41,10 @@ func TestCollectors(t *testing.T) {
 		Reads:          map[string]int64{"start": 1, "gap": 2},
 		Failures:       map[string]int64{"stream": 3, "database": 1},
 		SnapshotStarts: 4, SnapshotsSaved: 5,
+		Fenced: 6, Pending: 7, RelaySilence: 1500 * time.Millisecond, NATSConnected: true,
 	}}
-	r := &fixedRelay{fanout.RelayStats{Leading: true, Terms: 2, Published: 5000, Resets: 1,
-		Source: postgres.SourceStats{Streaming: true, Sessions: 3, Failures: 2, Commits: 4321}}}
+	r := &fixedRelay{fanout.RelayStats{Leading: true, Terms: 2, Lapsed: 1, Published: 5000, Resets: 1,
+		Source: postgres.SourceStats{Streaming: true, Sessions: 3, Failures: 2, Commits: 4321, SlotRetained: 1 << 20}}}
 	reg := prometheus.NewPedanticRegistry()
 	labels := metrics.WithConstLabels(prometheus.Labels{"table": "users"})
 	reg.MustRegister(fanoutmetrics.NewFollowerCollector(f, labels), fanoutmetrics.NewRelayCollector(r, labels))
@@ -68,6 +69,12 @@ func TestCollectors(t *testing.T) {
 		`cuckooguard_fanout_relay_sessions_total{table="users"}`:                counter(3),
 		`cuckooguard_fanout_relay_session_failures_total{table="users"}`:        counter(2),
 		`cuckooguard_fanout_relay_commits_total{table="users"}`:                 counter(4321),
+		`cuckooguard_fanout_fenced_messages_total{table="users"}`:               counter(6),
+		`cuckooguard_fanout_pending_messages{table="users"}`:                    gauge(7),
+		`cuckooguard_fanout_relay_silence_seconds{table="users"}`:               gauge(1.5),
+		`cuckooguard_fanout_nats_connected{table="users"}`:                      gauge(1),
+		`cuckooguard_fanout_relay_slot_retained_bytes{table="users"}`:           gauge(1 << 20),
+		`cuckooguard_fanout_relay_lease_lapses_total{table="users"}`:            counter(1),
 	}
 	// Every reason from the first scrape, including those never seen.
 	for _, why := range fanout.ReadReasons {

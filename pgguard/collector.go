@@ -1,0 +1,51 @@
+package pgguard
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cuckooguard/cuckooguard/metrics"
+	"github.com/cuckooguard/cuckooguard/metrics/fanoutmetrics"
+	"github.com/cuckooguard/cuckooguard/metrics/pgmetrics"
+)
+
+// Describe and Collect make the Service one prometheus.Collector of
+// everything it runs: each table's Loader and guard (metrics'
+// cuckooguard_loader_* and cuckooguard_guard_*) and follower (pgmetrics'
+// cuckooguard_follower_*, or through NATS fanoutmetrics'
+// cuckooguard_follower_* and cuckooguard_fanout_*), labelled
+// table="<name>", and the relay (cuckooguard_fanout_relay_*). Register it
+// once: prometheus.MustRegister(svc).
+
+// Describe implements prometheus.Collector.
+func (s *Service) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range s.collectors() {
+		c.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (s *Service) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range s.collectors() {
+		c.Collect(ch)
+	}
+}
+
+// collectors returns the collectors of the Service's parts, made once.
+func (s *Service) collectors() []prometheus.Collector {
+	s.collectOnce.Do(func() {
+		for _, m := range s.members {
+			label := metrics.WithConstLabels(prometheus.Labels{"table": m.name})
+			s.parts = append(s.parts, metrics.NewLoaderCollector(m.loader.(metrics.LoaderStatser), label))
+			switch f := m.follower.(type) {
+			case pgmetrics.FollowerStatser:
+				s.parts = append(s.parts, pgmetrics.NewFollowerCollector(f, label))
+			case fanoutmetrics.FollowerStatser:
+				s.parts = append(s.parts, fanoutmetrics.NewFollowerCollector(f, label))
+			}
+		}
+		if s.relay != nil {
+			s.parts = append(s.parts, fanoutmetrics.NewRelayCollector(s.relay))
+		}
+	})
+	return s.parts
+}

@@ -1,0 +1,228 @@
+package pgguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cuckooguard/cuckooguard/fanout"
+	"github.com/cuckooguard/cuckooguard/guarded"
+	"github.com/cuckooguard/cuckooguard/postgres"
+)
+
+// Table is one guarded table of a service: its name, its key column, and
+// how a replica loads a row. Give [Start] a pointer to it; after Start,
+// Loader, Key, Tag and TagQuery serve it. A Table is used by one Service.
+type Table[K comparable, V any] struct {
+	// Name is the table, as postgres.Publish takes it ("orders",
+	// "shop.orders").
+	Name string
+	// Column is the key column: the table's primary key, or the column of
+	// its replica identity.
+	Column string
+	// Get loads the row of a key from the store, for a key the guard may
+	// hold.
+	Get func(ctx context.Context, key K) (V, error)
+	// Parse reads a key from its text as the followers get it (the
+	// column's canonical text, see postgres.Follower.Key). It may be nil
+	// for keys of type string, int64, int32 and int.
+	Parse func(text string) (K, error)
+	// NotFound reports whether an error of Get means that no row has the
+	// key (counted as a false positive of the guard). Nil: errors.Is(err,
+	// pgx.ErrNoRows).
+	NotFound func(error) bool
+	// Capacity is how many keys the table's guard is sized for; it grows
+	// past that. 0: 1.25 times the table's row estimate (pg_class), at
+	// least 1,024.
+	Capacity int
+	// Options are more options of the table's Loader.
+	Options []guarded.Option
+
+	loader  *guarded.Loader[K, V]
+	direct  *postgres.Follower[K]
+	relayed *fanout.Follower[K]
+}
+
+// Loader returns the table's Loader, once [Start] made it (nil before).
+func (t *Table[K, V]) Loader() *guarded.Loader[K, V] { return t.loader }
+
+// Key returns the key of text in the form the guard holds, or an error for
+// a text whose key cannot be told (send that lookup to the store). Use it
+// on what clients send (middleware.Parse(from, table.Key)).
+func (t *Table[K, V]) Key(text string) (K, error) {
+	switch {
+	case t.direct != nil:
+		return t.direct.Key(text)
+	case t.relayed != nil:
+		return t.relayed.Key(text)
+	}
+	var zero K
+	return zero, errors.New("pgguard: Table.Key before Start")
+}
+
+// Tag names, in transaction tx, the keys it creates through the table's
+// Loader (Loader().Insert, InsertGenerated): the followers skip exactly
+// those inserts, which the Loader added before the write.
+func (t *Table[K, V]) Tag(ctx context.Context, tx pgx.Tx, keys ...K) error {
+	switch {
+	case t.direct != nil:
+		return t.direct.Tag(ctx, tx, keys...)
+	case t.relayed != nil:
+		return t.relayed.Tag(ctx, tx, keys...)
+	}
+	return errors.New("pgguard: Table.Tag before Start")
+}
+
+// TagQuery returns the statement of Tag for keys, with its arguments, for
+// drivers other than pgx.
+func (t *Table[K, V]) TagQuery(keys ...K) (string, []any, error) {
+	switch {
+	case t.direct != nil:
+		return t.direct.TagQuery(keys...)
+	case t.relayed != nil:
+		return t.relayed.TagQuery(keys...)
+	}
+	return "", nil, errors.New("pgguard: Table.TagQuery before Start")
+}
+
+// Guarded is a table that [Start] can guard: a *[Table].
+type Guarded interface {
+	table() tableSpec
+	setup(ctx context.Context, s *Service) (*member, error)
+}
+
+// tableSpec is what Start needs to know of a table before it sets it up.
+type tableSpec struct{ name, key string }
+
+func (t *Table[K, V]) table() tableSpec {
+	if t == nil {
+		return tableSpec{}
+	}
+	return tableSpec{t.Name, t.Column}
+}
+
+// member is a table of a running Service: its Loader's and follower's
+// state, and how to run and stop it.
+type member struct {
+	name     string
+	ready    func() bool
+	why      func() string // why it is not ready
+	run      func(context.Context) error
+	close    func() error
+	loader   any // its *guarded.Loader, for the collector
+	follower any // its *postgres.Follower or *fanout.Follower
+}
+
+// setup makes the table's Loader and follower.
+func (t *Table[K, V]) setup(ctx context.Context, s *Service) (*member, error) {
+	if t.loader != nil {
+		return nil, fmt.Errorf("pgguard: table %s is already started", t.Name)
+	}
+	parse, err := parseFor[K](t.Parse)
+	if err != nil {
+		return nil, fmt.Errorf("pgguard: table %s: %w", t.Name, err)
+	}
+	if t.Get == nil {
+		return nil, fmt.Errorf("pgguard: table %s has no Get", t.Name)
+	}
+	notFound := t.NotFound
+	if notFound == nil {
+		notFound = func(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
+	}
+	capacity := t.Capacity
+	if capacity == 0 {
+		if capacity, err = estimate(ctx, s.cfg.Pool, t.Name); err != nil {
+			return nil, err
+		}
+	}
+	g, err := newGuard(capacity)
+	if err != nil {
+		return nil, fmt.Errorf("pgguard: table %s: %w", t.Name, err)
+	}
+	opts := append([]guarded.Option{guarded.WithNotFound(notFound), guarded.WithLogger(s.log)}, t.Options...)
+	l, err := guarded.New(g, guarded.GetterFunc[K, V](t.Get), opts...)
+	if err != nil {
+		g.Close()
+		return nil, fmt.Errorf("pgguard: table %s: %w", t.Name, err)
+	}
+	m := &member{name: t.Name, loader: l, close: l.Close}
+	if s.cfg.NATS != nil {
+		f, err := fanout.NewFollower(l, s.cfg.NATS, s.dsn, t.Name, t.Column, parse, s.fanoutOpts()...)
+		if err != nil {
+			l.Close()
+			return nil, err
+		}
+		t.relayed, m.follower, m.run = f, f, f.Run
+		m.why = func() string { return fanoutWhy(f.Stats()) }
+	} else {
+		f, err := postgres.NewFollower(l, s.dsn, t.Name, t.Column, parse, s.postgresOpts()...)
+		if err != nil {
+			l.Close()
+			return nil, err
+		}
+		t.direct, m.follower, m.run = f, f, f.Run
+		m.why = func() string { return directWhy(f.Stats()) }
+	}
+	t.loader = l
+	m.ready = func() bool {
+		switch {
+		case t.direct != nil:
+			return l.Ready() && t.direct.Stats().State == postgres.Following
+		default:
+			return l.Ready() && t.relayed.Stats().State == postgres.Following
+		}
+	}
+	return m, nil
+}
+
+// parseFor returns parse, or the parse of the key types that need none.
+func parseFor[K comparable](parse func(string) (K, error)) (func(string) (K, error), error) {
+	if parse != nil {
+		return parse, nil
+	}
+	var zero K
+	var p any
+	switch any(zero).(type) {
+	case string:
+		p = func(s string) (string, error) { return s, nil }
+	case int64:
+		p = func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }
+	case int32:
+		p = func(s string) (int32, error) { n, err := strconv.ParseInt(s, 10, 32); return int32(n), err }
+	case int:
+		p = func(s string) (int, error) { n, err := strconv.ParseInt(s, 10, 64); return int(n), err }
+	default:
+		return nil, fmt.Errorf("keys of type %T need a Parse", zero)
+	}
+	return p.(func(string) (K, error)), nil
+}
+
+// directWhy says why a direct follower's table is not ready.
+func directWhy(st postgres.FollowerStats) string {
+	switch {
+	case st.State == postgres.Behind:
+		return fmt.Sprintf("follower behind (lag %v)", st.Lag.Round(time.Millisecond))
+	case st.LastError != nil && st.State == postgres.PassThrough:
+		return fmt.Sprintf("follower %s: %v", st.State, st.LastError)
+	}
+	return "follower " + st.State.String()
+}
+
+// fanoutWhy says why a relayed follower's table is not ready.
+func fanoutWhy(st fanout.Stats) string {
+	switch {
+	case !st.NATSConnected:
+		return "NATS connection down"
+	case st.State == postgres.Behind && st.RelaySilence > time.Second:
+		return fmt.Sprintf("relay silent for %v", st.RelaySilence.Round(time.Millisecond))
+	case st.State == postgres.Behind:
+		return fmt.Sprintf("follower behind (lag %v)", st.Lag.Round(time.Millisecond))
+	case st.LastError != nil && st.State == postgres.PassThrough:
+		return fmt.Sprintf("follower %s: %v", st.State, st.LastError)
+	}
+	return "follower " + st.State.String()
+}
