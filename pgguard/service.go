@@ -11,12 +11,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cuckooguard/cuckooguard/fanout"
 	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/postgres"
 )
 
@@ -253,3 +255,9 @@ func quoteName(name string) string {
 
 // newGuard returns a guard sized for capacity keys.
 func newGuard(capacity int) (*guard.Guard, error) { return guard.New(guard.WithCapacity(capacity)) }
+
+// NotFound reports whether err says that no row has the key: the guard's
+// answer (guarded.ErrNotFound) or the store's (pgx.ErrNoRows).
+func NotFound(err error) bool {
+	return errors.Is(err, guarded.ErrNotFound) || errors.Is(err, pgx.ErrNoRows)
+}
