@@ -62,6 +62,7 @@ type config struct {
 	Notify    bool          // follow through the trigger and NOTIFY instead of logical decoding
 	Snapshot  string        // the follower's snapshot file (logical decoding); "" for none
 	NATS      string        // follow through a relay and NATS JetStream at this URL; "" to follow the database directly
+	Service   string        // the relay's name with NATS: one relay, and one slot, per service and database for all its tables
 }
 
 // newApp opens cfg.DSN, seeds users 1..cfg.Rows and builds the service.

@@ -58,15 +58,17 @@ func (a *app) follow(cfg config, table string) error {
 	if cfg.Heartbeat > 0 {
 		opts = append(opts, fanout.WithHeartbeat(cfg.Heartbeat))
 	}
-	// One relay per database and schema: the replicas of this service
-	// take turns, by the relay's lock, and share its slot.
-	if a.relay, err = fanout.NewRelay(cfg.DSN, "httpapi "+table, nc, []postgres.SourceTable{{Table: table, Key: "id"}}, opts...); err != nil {
+	// One relay per service, for all its tables (here one): the replicas
+	// take turns, by the relay's lease, and share its one slot. A
+	// service of more tables passes them all here (pgguard.Start does
+	// all of this in one call).
+	if a.relay, err = fanout.NewRelay(cfg.DSN, cfg.Service, nc, []postgres.SourceTable{{Table: table, Key: "id"}}, opts...); err != nil {
 		return err
 	}
 	// The replica that relays saves its guard to JetStream's object store
 	// every minute: a new replica starts from it and reads nothing from
 	// the table.
-	fopts := append(opts, fanout.WithRelay("httpapi "+table), fanout.WithOrigin(cfg.Origin), fanout.WithSnapshots(fanout.DefaultBucket, time.Minute, a.relay.Leading))
+	fopts := append(opts, fanout.WithRelay(cfg.Service), fanout.WithOrigin(cfg.Origin), fanout.WithSnapshots(fanout.DefaultBucket, time.Minute, a.relay.Leading))
 	if a.relayed, err = fanout.NewFollower(a.loader, nc, cfg.DSN, table, "id", parse, fopts...); err != nil {
 		return err
 	}

@@ -39,12 +39,12 @@ func TestRelayBlackBox(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer admin.Close()
-	slot := "cg_relay_httpapi_" + schema + "_users"
+	slot := "cg_relay_httpapi_" + schema
 	t.Cleanup(func() { // after the processes' cleanups: they hold the slot
 		admin.ExecContext(ctx, `SELECT pg_drop_replication_slot($1) FROM pg_replication_slots WHERE slot_name = $1`, slot)
 	})
 	const rows = 2000
-	args := []string{"-rows", strconv.Itoa(rows), "-heartbeat", "200ms", "-nats", natsURL}
+	args := []string{"-rows", strconv.Itoa(rows), "-heartbeat", "200ms", "-nats", natsURL, "-service", "httpapi_" + schema}
 	procs := []*proc{startProc(t, "a", dsn, args...)}
 	procs = append(procs, startProc(t, "b", dsn, args...), startProc(t, "c", dsn, args...))
 	tr := &http.Transport{MaxIdleConnsPerHost: 32}
