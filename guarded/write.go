@@ -24,7 +24,8 @@ import (
 //
 // write gets ctx as it is. Insert returns write's error; ctx.Err() if ctx
 // ended before write ran (the guard is then unchanged); or an error if the
-// guard cannot take the key (write is then not called).
+// guard cannot take the key (write is then not called). If write panics,
+// its outcome is unknown: the key stays, and the panic goes on.
 func (l *Loader[K, V]) Insert(ctx context.Context, key K, write func(ctx context.Context) error) error {
 	switch {
 	case ctx == nil:
@@ -106,7 +107,8 @@ func (l *Loader[K, V]) Insert(ctx context.Context, key K, write func(ctx context
 // same keys), so that the feed skips exactly those inserts.
 //
 // InsertGenerated returns write's error, ctx.Err() if ctx ended before
-// write ran, or add's error.
+// write ran, or add's error. If write panics, its outcome is unknown: the
+// keys it added stay, and the panic goes on.
 func (l *Loader[K, V]) InsertGenerated(ctx context.Context, write func(ctx context.Context, add func(K) error) error) error {
 	switch {
 	case ctx == nil:
@@ -150,13 +152,34 @@ func (l *Loader[K, V]) InsertGenerated(ctx context.Context, write func(ctx conte
 		keys = append(keys, a)
 		return nil
 	}
+	rolledBack := false
+	defer func() {
+		// Whatever write did (it may have panicked), add is closed now: a
+		// goroutine of write that calls it late gets an error rather than
+		// a key in the guard that nothing accounts for.
+		mu.Lock()
+		returned = true
+		mu.Unlock()
+		if rolledBack {
+			return
+		}
+		// In a defer, as in Insert, so that it runs when write panics
+		// after its commit too: the rows may exist now, and lookups that
+		// began before the write may have joined a store call that missed
+		// them. Later ones must not join it, nor trust a negative entry
+		// it cached.
+		for _, a := range keys {
+			l.flight.forget(a.h, a.key)
+			l.epoch(a.h).Add(1)
+		}
+	}()
 	werr := write(ctx, add)
 	mu.Lock()
 	returned = true
-	mu.Unlock()
 	if werr == nil {
 		werr = addErr
 	}
+	mu.Unlock()
 	if werr != nil && l.cfg.notWritten(werr) {
 		for _, a := range keys {
 			if a.inCur {
@@ -166,15 +189,10 @@ func (l *Loader[K, V]) InsertGenerated(ctx context.Context, write func(ctx conte
 				sh.g.RemoveHash(a.hs)
 			}
 		}
+		rolledBack = true
 		return werr
 	}
-	for _, a := range keys {
-		// As in Insert: later lookups must not join a store call that
-		// began before the row existed, nor trust what it cached.
-		l.flight.forget(a.h, a.key)
-		l.epoch(a.h).Add(1)
-	}
-	if len(keys) > 0 && l.insertN.Add(uint64(len(keys)))%4096 < uint64(len(keys)) {
+	if n := uint64(len(keys)); n > 0 && l.insertN.Add(n)%4096 < n {
 		l.checkFPR()
 	}
 	return werr
