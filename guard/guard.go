@@ -70,6 +70,14 @@ func newGuard(c config) (*Guard, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.maxBytes != 0 && fixedBytes(lay)+lay.reserved() > c.maxBytes {
+		// The shards plan adds for concurrency do not fit under the cap:
+		// the leanest layout may (Fresh sizes a capped guard's
+		// replacement by it, capacityWithin).
+		if l, err := leanestPlan(c.capacity, c.shards, c.growThreshold); err == nil {
+			lay = l
+		}
+	}
 	return newGuardLayout(c, growth, lay)
 }
 
@@ -113,8 +121,8 @@ func newGuardValue(lay layout, seed uint64) *Guard {
 func (g *Guard) start(c config, growth *shard.Growth) error {
 	c.seed, c.seedSet = g.seed, true
 	g.cfg = c
-	if used := g.bytes(); c.maxBytes != 0 && c.maxBytes < used {
-		return fmt.Errorf("guard: memory cap %d bytes is below the %d bytes the guard needs", c.maxBytes, used)
+	if need := g.reserved(); c.maxBytes != 0 && c.maxBytes < need {
+		return fmt.Errorf("guard: memory cap %d bytes is below the %d bytes the guard needs (with room for its shards' stashes)", c.maxBytes, need)
 	}
 	if err := growth.Reserve(int64(fixedBytes(g.lay))); err != nil {
 		return err
@@ -137,11 +145,13 @@ func (g *Guard) start(c config, growth *shard.Growth) error {
 	return nil
 }
 
-// bytes returns the memory of the guard, its shards and their tables.
-func (g *Guard) bytes() int {
+// reserved returns the memory that the guard's growth policy reserves
+// for it (see shard.Shard.ReservedBytes): what Stats counts as Bytes, with
+// room for every shard's stash, full.
+func (g *Guard) reserved() int {
 	n := fixedBytes(g.lay)
 	for i := range g.shards {
-		n += g.shards[i].Stats().Bytes
+		n += g.shards[i].ReservedBytes()
 	}
 	return n
 }

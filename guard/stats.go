@@ -16,6 +16,7 @@ type Stats struct {
 	Shards            int     // number of shards
 	Slots             int     // fingerprint slots over all shards
 	Bytes             int     // heap memory of the guard: shards, tables, stashes, counters, background resizer
+	ReservedBytes     int     // what the memory cap counts: Bytes with every stash counted full; Bytes ≤ ReservedBytes ≤ MaxBytes
 	MaxBytes          int     // the memory cap (WithMaxBytes); 0 for none
 	GrowThreshold     float64 // the load factor at which a shard doubles (WithGrowThreshold)
 	LoadFactor        float64 // Copies / Slots
@@ -78,6 +79,7 @@ func (g *Guard) Stats() Stats {
 	st := Stats{
 		Shards:            len(g.shards),
 		Bytes:             fixedBytes(g.lay),
+		ReservedBytes:     int(g.growth.UsedBytes()),
 		MaxBytes:          g.cfg.maxBytes,
 		GrowThreshold:     g.cfg.growThreshold,
 		AddFailures:       uint64(g.failures.Value()),
