@@ -27,7 +27,8 @@ type Stats struct {
 	SaturatedShards   int     // shards whose table uses every position bit (2^40 buckets)
 	Adds              uint64  // successful adds
 	Removes           uint64  // successful removes
-	AddFailures       uint64  // adds that returned ErrFull
+	AddFailures       uint64  // adds that returned ErrFull since New or Restore
+	DegradedShards    int     // shards that refused an add with ErrFull, or were marked so, ever (Guard.Degraded; snapshots keep it)
 	DuplicatesRefused uint64  // adds that returned ErrTooManyCopies
 	ReadRetries       uint64  // lookups that retried because a writer moved fingerprints
 
@@ -58,6 +59,7 @@ type ShardStats struct {
 	DuplicatesRefused uint64                     // adds refused with ErrTooManyCopies
 	Growing           bool                       // a doubling is in progress
 	MigratedBuckets   int                        // old buckets split so far, while Growing
+	Degraded          bool                       // the shard refused an add with ErrFull, or was marked so (Guard.Degraded)
 }
 
 // shardStats is s as a guard reports it: guard's own type, so that package
@@ -97,6 +99,10 @@ func (g *Guard) Stats() Stats {
 	for i := range g.shards {
 		s := g.shards[i].Stats()
 		st.PerShard[i] = shardStats(s)
+		if g.Degraded(i) {
+			st.PerShard[i].Degraded = true
+			st.DegradedShards++
+		}
 		st.Items += s.Items
 		inserts += s.Inserts
 		st.Removes += s.Deletes

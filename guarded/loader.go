@@ -95,8 +95,26 @@ type view struct {
 	passAny atomic.Bool
 }
 
+// newView returns the view of g, whose degraded shards (a guard restored
+// from the snapshot of one whose shards refused keys, see
+// guard.Guard.Degraded) pass their lookups through: the keys they refused
+// exist only in the store.
 func newView(g *guard.Guard) *view {
-	return &view{g: g, pass: make([]atomic.Bool, g.Shards())}
+	v := &view{g: g, pass: make([]atomic.Bool, g.Shards())}
+	for i := range v.pass {
+		if g.Degraded(i) {
+			v.markPass(i)
+		}
+	}
+	return v
+}
+
+// markPass makes the lookups of shard i pass through, and marks it in the
+// guard too, so that a snapshot of the guard keeps the mark.
+func (v *view) markPass(i int) {
+	v.g.MarkDegraded(i)
+	v.pass[i].Store(true)
+	v.passAny.Store(true)
 }
 
 // passes reports whether lookups of hash h must reach the store because

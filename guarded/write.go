@@ -259,8 +259,7 @@ func (l *Loader[K, V]) add(v *view, h uint64) (bool, error) {
 	if !errors.Is(err, guard.ErrFull) {
 		return false, err
 	}
-	v.pass[v.g.ShardIndex(h)].Store(true)
-	v.passAny.Store(true)
+	v.markPass(v.g.ShardIndex(h)) // the guard marked it already; the view's copy is what lookups read
 	l.rebuild()
 	return false, nil
 }
