@@ -54,6 +54,9 @@ func (l *Loader[K, V]) Get(ctx context.Context, key K) (V, error) {
 	ready, v := l.readyView()
 	h := l.codec.hash(v.g, key)
 	guarded := ready && !v.passes(h)
+	if !guarded && v.recheckAt != 0 {
+		l.recheck(v)
+	}
 	if guarded && !v.g.ContainsHash(h) {
 		// screen's first case, written out: the path the Loader exists
 		// for, 21 ns, of which the call cost 6% (BenchmarkLoaderGet).

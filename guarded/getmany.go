@@ -35,6 +35,9 @@ func (l *Loader[K, V]) GetMany(ctx context.Context, keys []K) (vals []V, errs []
 	for i, k := range keys {
 		hs[i] = l.codec.hash(v.g, k)
 	}
+	if v.recheckAt != 0 {
+		l.recheck(v)
+	}
 	maybe := make([]bool, len(keys))
 	if ready {
 		v.g.ContainsManyHashes(hs, maybe)

@@ -60,9 +60,10 @@ type Loader[K comparable, V any] struct {
 	// the key source to read) or not begun (and so reaching the new guard
 	// too). A delete holds it so that the guard it removes from is the one
 	// it found ready.
-	writeMu sync.RWMutex
-	inserts keyLocks[K]   // one Insert per key at a time
-	insertN atomic.Uint64 // inserts, to check the FPR every 4096
+	writeMu   sync.RWMutex
+	inserts   keyLocks[K]   // one Insert per key at a time
+	insertN   atomic.Uint64 // inserts, to check the FPR every 4096
+	unsettled *unsettled    // keys of inserts whose outcome is unknown, for rebuilds (unsettled.go)
 
 	// Readiness and the change feed (readiness.go, feed.go).
 	ready  atomic.Bool
@@ -93,6 +94,12 @@ type view struct {
 	g       *guard.Guard
 	pass    []atomic.Bool // per shard: it refused a key (guard.ErrFull), which may be missing
 	passAny atomic.Bool
+	// recheckAt is set for a view that a rebuild made to pass every
+	// lookup through because it may lack keys of writes with an unknown
+	// outcome that the Loader could not remember (see unsettled): the
+	// unix nanoseconds after which a rebuild would not, and should run.
+	// Set before the view is published.
+	recheckAt int64
 }
 
 // newView returns the view of g, whose degraded shards (a guard restored
@@ -131,14 +138,16 @@ func (v *view) passes(h uint64) bool {
 // Loader owns.
 func New[K comparable, V any](g *guard.Guard, store Getter[K, V], opts ...Option) (*Loader[K, V], error) {
 	c := config{
-		isNotFound:  defaultIsNotFound,
-		notWritten:  NotWritten,
-		maxFPR:      DefaultMaxFPR,
-		loadTimeout: DefaultLoadTimeout,
-		fillWorkers: runtime.GOMAXPROCS(0),
-		logger:      discardLogger,
-		fresh:       freshGuard,
-		now:         time.Now,
+		isNotFound:   defaultIsNotFound,
+		notWritten:   NotWritten,
+		maxFPR:       DefaultMaxFPR,
+		loadTimeout:  DefaultLoadTimeout,
+		fillWorkers:  runtime.GOMAXPROCS(0),
+		logger:       discardLogger,
+		fresh:        freshGuard,
+		now:          time.Now,
+		maxUnsettled: DefaultMaxUnsettled,
+		settleTime:   DefaultSettleTime,
 	}
 	if err := options.Apply("guarded: New", &c, opts); err != nil {
 		return nil, err
@@ -174,6 +183,7 @@ func New[K comparable, V any](g *guard.Guard, store Getter[K, V], opts ...Option
 	if c.negSize > 0 {
 		l.neg = newNegCache[K](c.negSize, c.negTTL, c.now)
 	}
+	l.unsettled = newUnsettled(c.maxUnsettled, c.settleTime)
 	l.cur.Store(newView(g))
 	return l, nil
 }

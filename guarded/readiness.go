@@ -105,7 +105,9 @@ func (l *Loader[K, V]) fill(ctx context.Context, v *view, keys iter.Seq2[K, erro
 		if ectx.Err() != nil {
 			break
 		}
-		batch = append(batch, l.codec.hash(v.g, k))
+		h := l.codec.hash(v.g, k)
+		l.unsettled.settled(h) // the store shows its row: read again by every later read
+		batch = append(batch, h)
 		if len(batch) == cap(batch) {
 			flush()
 		}

@@ -61,7 +61,8 @@ func (l *Loader[K, V]) Insert(ctx context.Context, key K, write func(ctx context
 		hs = l.codec.hash(sh.g, key)
 		inShadow, _ = l.add(sh, hs) // a failed rebuild closes sh: nothing to keep
 	}
-	rolledBack := false
+	rolledBack, returned := false, false
+	var werr error
 	defer func() {
 		if rolledBack {
 			return
@@ -72,8 +73,12 @@ func (l *Loader[K, V]) Insert(ctx context.Context, key K, write func(ctx context
 		// ones must not join it, nor trust a negative entry cached by it.
 		l.flight.forget(h, key)
 		e.Add(1)
+		// Still under writeMu, so that a rebuild that begins after this
+		// insert finds the key among the unsettled ones.
+		l.noteOutcome(h, !returned || werr != nil, cur)
 	}()
-	werr := write(ctx)
+	werr = write(ctx)
+	returned = true
 	if werr != nil && l.cfg.notWritten(werr) {
 		if inCur {
 			cur.g.RemoveHash(h)
@@ -152,7 +157,8 @@ func (l *Loader[K, V]) InsertGenerated(ctx context.Context, write func(ctx conte
 		keys = append(keys, a)
 		return nil
 	}
-	rolledBack := false
+	rolledBack, wrote := false, false
+	var werr error
 	defer func() {
 		// Whatever write did (it may have panicked), add is closed now: a
 		// goroutine of write that calls it late gets an error rather than
@@ -168,12 +174,15 @@ func (l *Loader[K, V]) InsertGenerated(ctx context.Context, write func(ctx conte
 		// began before the write may have joined a store call that missed
 		// them. Later ones must not join it, nor trust a negative entry
 		// it cached.
+		unclear := !wrote || werr != nil
 		for _, a := range keys {
 			l.flight.forget(a.h, a.key)
 			l.epoch(a.h).Add(1)
+			l.noteOutcome(a.h, unclear, cur) // under writeMu, as in Insert
 		}
 	}()
-	werr := write(ctx, add)
+	werr = write(ctx, add)
+	wrote = true
 	mu.Lock()
 	returned = true
 	if werr == nil {
@@ -228,10 +237,26 @@ func (l *Loader[K, V]) Delete(ctx context.Context, key K, write func(ctx context
 	}
 	h := l.codec.hash(cur.g, key)
 	l.flight.forget(h, key)
+	l.unsettled.settled(h) // its row existed: the store settled any unknown outcome
 	if remove {
 		cur.g.RemoveHash(h)
 	}
 	return nil
+}
+
+// noteOutcome records how an insert of the key with hash h into view v
+// ended, for rebuilds: a write whose outcome is unknown (unclear: it
+// failed with an error that did not prove it wrote nothing, or panicked)
+// leaves its key unsettled; a write that succeeded settles it. It also
+// asks for the rebuild that v is waiting for (see view.recheckAt). The
+// caller holds writeMu.
+func (l *Loader[K, V]) noteOutcome(h uint64, unclear bool, v *view) {
+	if unclear {
+		l.unsettled.record(h, l.cfg.now().UnixNano())
+	} else {
+		l.unsettled.settled(h)
+	}
+	l.recheck(v)
 }
 
 // add adds hash h to the guard of v and reports whether it did. A full
