@@ -69,9 +69,9 @@ func (l *Loader[K, V]) resync(ctx context.Context, fill func(ctx context.Context
 		var n int64
 		add := func(k K) error {
 			n++
-			h := l.codec.hash(nv.g, k)
-			l.unsettled.settled(h) // the store shows its row (see unsettled)
-			_, err := l.add(nv, h)
+			// The stream's read may have begun before an insert whose
+			// outcome is unknown: finding its key settles nothing.
+			_, err := l.add(nv, l.codec.hash(nv.g, k))
 			return err
 		}
 		err := fill(ctx, add)

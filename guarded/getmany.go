@@ -65,7 +65,7 @@ func (l *Loader[K, V]) GetMany(ctx context.Context, keys []K) (vals []V, errs []
 		todo = append(todo, pending{i: i, s: s})
 	}
 	answer := func(p *pending, val V, err error) {
-		vals[p.i], errs[p.i] = l.settle(keys[p.i], p.s, val, err)
+		vals[p.i], errs[p.i] = l.settle(ctx, keys[p.i], p.s, val, err)
 		p.done = true
 	}
 	if batch := l.src.many; batch != nil && len(todo) > 0 {

@@ -100,6 +100,9 @@ type view struct {
 	// unix nanoseconds after which a rebuild would not, and should run.
 	// Set before the view is published.
 	recheckAt int64
+	// settleSeq is the number of the last unknown outcome recorded
+	// before a rebuild began to fill the view (see unsettled.readSettles).
+	settleSeq uint64
 }
 
 // newView returns the view of g, whose degraded shards (a guard restored

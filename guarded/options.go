@@ -48,6 +48,9 @@ type config struct {
 	now          func() time.Time
 	maxUnsettled int
 	settleTime   time.Duration
+	// forgetUnknown drops every unknown outcome: a mutation for tests
+	// (withoutUnsettled), never set otherwise.
+	forgetUnknown bool
 }
 
 // WithNotFound sets how a Loader recognizes the store's "not found" error,
@@ -71,8 +74,10 @@ func WithRollback(notWritten func(err error) bool) Option {
 // WithNegativeCache remembers, for ttl, up to size keys that the guard let
 // through but the store did not have (false positives), so that repeated
 // lookups of the same absent key do not reach the store every time. A key
-// inserted through [Loader.Insert] leaves the cache at once. Off by
-// default. Each entry costs about 64 bytes plus the key.
+// inserted through [Loader.Insert] leaves the cache at once; one whose
+// insert's outcome is unknown is not cached until the store settles it
+// (see [WithUnsettled]), since its row may show up later. Off by default.
+// Each entry costs about 64 bytes plus the key.
 func WithNegativeCache(size int, ttl time.Duration) Option {
 	return func(c *config) { c.negSize, c.negTTL = size, ttl }
 }
@@ -82,10 +87,11 @@ func WithNegativeCache(size int, ttl time.Duration) Option {
 // [WithRollback] cannot prove harmless ([ErrMaybeWritten], a deadline, a
 // lost reply) or panicked. Such a write may commit after it returned, and
 // after a rebuild read the store's keys without it; the rebuilt guard
-// would then miss a committed row. So every rebuild adds each such key to
-// its guard, until the store settles it: a rebuild's read of the keys (or
-// a feed's [Feed.Resync]) contains it, a later [Loader.Insert] of it
-// succeeds, or a [Loader.Delete] of it finds the row. A key whose row
+// would then miss a committed row. So every rebuild (and a feed's
+// [Feed.Resync] and [Feed.Replace]) adds each such key to its guard, until
+// the store settles it: the read of a later rebuild from the key source
+// ([KeyLister]) contains it, or, for a unique key, a later [Loader.Insert]
+// of it succeeds or a [Loader.Delete] of it finds the row. A key whose row
 // never shows is forgotten settle after its write returned: set settle
 // longer than the store may take to make a write visible that its client
 // gave up on (a commit waiting for a synchronous standby takes as long

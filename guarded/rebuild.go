@@ -76,7 +76,9 @@ func (l *Loader[K, V]) rebuild() {
 // both guards, then installs it, unless a change feed attached meanwhile.
 func (l *Loader[K, V]) rebuildNow(ctx context.Context) error {
 	return l.rebuildWith(ctx, byKeySource, func(ctx context.Context, nv *view) (int64, error) {
-		return l.fill(ctx, nv, l.src.keys(ctx))
+		// The read begins now, after every record up to nv.settleSeq:
+		// a key it finds with such a record is settled.
+		return l.fill(ctx, nv, l.src.keys(ctx), nv.settleSeq)
 	})
 }
 
@@ -193,7 +195,8 @@ func (l *Loader[K, V]) newGuard(g *guard.Guard) (*guard.Guard, error) {
 // its settle time has passed, and asks for a rebuild then. The caller
 // holds writeMu, so that no insert is between its write and its record.
 func (l *Loader[K, V]) keepUnsettled(nv *view) {
-	keys, passUntil := l.unsettled.pending(l.cfg.now().UnixNano())
+	keys, seq, passUntil := l.unsettled.pending(l.cfg.now().UnixNano())
+	nv.settleSeq = seq
 	if passUntil != 0 {
 		for i := range nv.pass {
 			nv.markPass(i)

@@ -221,3 +221,57 @@ func TestUnclearInsertSurvivesResync(t *testing.T) {
 		})
 	}
 }
+
+// TestUnclearInsertThenLateCommit: after an insert whose outcome is
+// unknown, a lookup that finds no row yet must not answer for the row
+// once it commits, whether it left a negative-cache entry or another
+// lookup joined its store call after the commit. No write of the Loader's
+// marks the late commit, as an Insert's return does. (Found by
+// TestLoaderStressWriteOutcomes.)
+func TestUnclearInsertThenLateCommit(t *testing.T) {
+	ctx := context.Background()
+	const k = 7
+	t.Run("negative cache", func(t *testing.T) {
+		s := newMemStore[int]()
+		l := newTestLoader(t, s, []guard.Option{guard.WithCapacity(1000)}, WithNegativeCache(100, time.Hour))
+		l.MarkReady()
+		l.Insert(ctx, k, func(context.Context) error { return ErrMaybeWritten })
+		if _, err := l.Get(ctx, k); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Get before the commit = %v, want ErrNotFound", err)
+		}
+		s.put(k, "late")
+		if _, err := l.Get(ctx, k); err != nil {
+			t.Fatalf("Get after the late commit = %v", err)
+		}
+	})
+	t.Run("store call in flight", func(t *testing.T) {
+		s := newMemStore[int]()
+		entered, gate := make(chan struct{}), make(chan struct{})
+		var first atomic.Bool
+		lookup := func(ctx context.Context, key int) (string, error) {
+			v, err := s.lookup(ctx, key)
+			if first.CompareAndSwap(false, true) {
+				close(entered) // read before the commit
+				<-gate
+			}
+			return v, err
+		}
+		l := newTestLoader(t, getter(lookup), []guard.Option{guard.WithCapacity(1000)})
+		l.MarkReady()
+		l.Insert(ctx, k, func(context.Context) error { return ErrMaybeWritten })
+		early := make(chan error, 1)
+		go func() { _, err := l.Get(ctx, k); early <- err }()
+		<-entered
+		s.put(k, "late")
+		late := make(chan error, 1)
+		go func() { _, err := l.Get(ctx, k); late <- err }()
+		for !l.flight.joined(l.Hash(k), k) {
+			runtime.Gosched()
+		}
+		close(gate)
+		<-early
+		if err := <-late; err != nil {
+			t.Fatalf("Get that began after the late commit = %v", err)
+		}
+	})
+}

@@ -72,10 +72,12 @@ func (l *Loader[K, V]) Insert(ctx context.Context, key K, write func(ctx context
 		// write may have joined a store call that missed the row: later
 		// ones must not join it, nor trust a negative entry cached by it.
 		l.flight.forget(h, key)
-		e.Add(1)
-		// Still under writeMu, so that a rebuild that begins after this
-		// insert finds the key among the unsettled ones.
+		// Under writeMu, so that a rebuild that begins after this insert
+		// finds the key among the unsettled ones; before the epoch's
+		// bump, so that a lookup that begins after the bump does not
+		// cache the key as absent (see settle).
 		l.noteOutcome(h, !returned || werr != nil, cur)
+		e.Add(1)
 	}()
 	werr = write(ctx)
 	returned = true
@@ -177,8 +179,8 @@ func (l *Loader[K, V]) InsertGenerated(ctx context.Context, write func(ctx conte
 		unclear := !wrote || werr != nil
 		for _, a := range keys {
 			l.flight.forget(a.h, a.key)
+			l.noteOutcome(a.h, unclear, cur) // under writeMu, before the bump, as in Insert
 			l.epoch(a.h).Add(1)
-			l.noteOutcome(a.h, unclear, cur) // under writeMu, as in Insert
 		}
 	}()
 	werr = write(ctx, add)
@@ -252,7 +254,9 @@ func (l *Loader[K, V]) Delete(ctx context.Context, key K, write func(ctx context
 // caller holds writeMu.
 func (l *Loader[K, V]) noteOutcome(h uint64, unclear bool, v *view) {
 	if unclear {
-		l.unsettled.record(h, l.cfg.now().UnixNano())
+		if !l.cfg.forgetUnknown {
+			l.unsettled.record(h, l.cfg.now().UnixNano())
+		}
 	} else {
 		l.unsettled.settled(h)
 	}
