@@ -25,7 +25,8 @@ import (
 // guard restored from a snapshot), [Loader.MarkReady] (a guard the caller
 // filled) or a change feed's [Feed.MarkReady] ([Loader.AttachFeed]). Insert
 // adds a key before its write and keeps it if the write's outcome is
-// unknown; Delete removes a key only after the store confirmed the delete,
+// unknown, through rebuilds too, until the store settles it
+// ([WithUnsettled]); Delete removes a key only after the store confirmed the delete,
 // and only where that cannot take another key's copy (the package
 // documentation, "Copies and removals", gives every case). A shard that
 // cannot take a key passes its lookups through until a rebuild swaps in a
