@@ -48,6 +48,11 @@ type Guard struct {
 	// cores. The rare outcomes are counted here.
 	failures   *xsync.Counter
 	dupRefused *xsync.Counter
+
+	// degraded has bit i%64 of word i/64 set once shard i refused an add
+	// with ErrFull, or its owner marked it (see Degraded). Snapshots keep
+	// it.
+	degraded []atomic.Uint64
 }
 
 // New returns an empty Guard configured by opts. It returns an error, and
@@ -69,6 +74,14 @@ func newGuard(c config) (*Guard, error) {
 	lay, err := plan(c.capacity, c.shards, c.growThreshold, concurrencyShards())
 	if err != nil {
 		return nil, err
+	}
+	if c.maxBytes != 0 && fixedBytes(lay)+lay.reserved() > c.maxBytes {
+		// The shards plan adds for concurrency do not fit under the cap:
+		// the leanest layout may (Fresh sizes a capped guard's
+		// replacement by it, capacityWithin).
+		if l, err := leanestPlan(c.capacity, c.shards, c.growThreshold); err == nil {
+			lay = l
+		}
 	}
 	return newGuardLayout(c, growth, lay)
 }
@@ -104,7 +117,13 @@ func newGuardValue(lay layout, seed uint64) *Guard {
 		seed:       seed,
 		failures:   xsync.NewCounter(),
 		dupRefused: xsync.NewCounter(),
+		degraded:   make([]atomic.Uint64, degradedWords(len(lay.logs))),
 	}
+}
+
+// degradedWords is the length of the degraded bitmap of n shards.
+func degradedWords(n int) int {
+	return (n + 63) / 64
 }
 
 // start puts the guard's shards under its growth policy, which reserves
@@ -113,8 +132,8 @@ func newGuardValue(lay layout, seed uint64) *Guard {
 func (g *Guard) start(c config, growth *shard.Growth) error {
 	c.seed, c.seedSet = g.seed, true
 	g.cfg = c
-	if used := g.bytes(); c.maxBytes != 0 && c.maxBytes < used {
-		return fmt.Errorf("guard: memory cap %d bytes is below the %d bytes the guard needs", c.maxBytes, used)
+	if need := g.reserved(); c.maxBytes != 0 && c.maxBytes < need {
+		return fmt.Errorf("guard: memory cap %d bytes is below the %d bytes the guard needs (with room for its shards' stashes)", c.maxBytes, need)
 	}
 	if err := growth.Reserve(int64(fixedBytes(g.lay))); err != nil {
 		return err
@@ -137,11 +156,13 @@ func (g *Guard) start(c config, growth *shard.Growth) error {
 	return nil
 }
 
-// bytes returns the memory of the guard, its shards and their tables.
-func (g *Guard) bytes() int {
+// reserved returns the memory that the guard's growth policy reserves
+// for it (see shard.Shard.ReservedBytes): what Stats counts as Bytes, with
+// room for every shard's stash, full.
+func (g *Guard) reserved() int {
 	n := fixedBytes(g.lay)
 	for i := range g.shards {
-		n += g.shards[i].Stats().Bytes
+		n += g.shards[i].ReservedBytes()
 	}
 	return n
 }
@@ -244,11 +265,37 @@ func (g *Guard) AddHash(h uint64) error {
 			g.dupRefused.Inc()
 		} else {
 			g.failures.Inc() // ErrFull, wrapped with the reason
+			g.MarkDegraded(int(g.shardOf(h)))
 		}
 		return err
 	}
 	g.rs.Maybe(s) // queues a background doubling at the grow threshold
 	return nil
+}
+
+// Degraded reports whether shard i, in [0, Shards()), refused a key with
+// [ErrFull] (see [Guard.ShardIndex]) or was marked with
+// [Guard.MarkDegraded]: the guard answers for the keys it holds, but an
+// owner that keeps such a key elsewhere, and so must pass the shard's
+// lookups through to its store (package guarded's Loader does), needs to
+// know. The mark lasts for the guard's life and travels with its
+// snapshots (see [Guard.WriteTo]); a guard built afresh has none. It
+// reports false for an index out of range.
+func (g *Guard) Degraded(i int) bool {
+	if i < 0 || i >= len(g.shards) {
+		return false
+	}
+	return g.degraded[i/64].Load()&(1<<(i%64)) != 0
+}
+
+// MarkDegraded marks shard i as [Guard.Degraded]: for an owner whose
+// lookups of the shard pass through for a reason the guard cannot see,
+// so that a snapshot, restored, says so too. It does nothing for an index
+// out of range.
+func (g *Guard) MarkDegraded(i int) {
+	if i >= 0 && i < len(g.shards) {
+		g.degraded[i/64].Or(1 << (i % 64))
+	}
 }
 
 // Remove removes one copy of key and reports whether the set held one.
@@ -312,14 +359,15 @@ const resizerBytes = 352
 
 // fixedBytes returns the heap memory of a guard laid out as l besides its
 // shards' own figures: the Guard, what the allocator rounds its slice of
-// shards up by, the layout's slices, its two counters, its growth policy
-// and its resizer.
+// shards up by, the layout's slices, the degraded bitmap, its two
+// counters, its growth policy and its resizer.
 func fixedBytes(l layout) int {
 	shardsBytes := len(l.logs) * int(unsafe.Sizeof(shard.Shard{}))
 	return memsize.Of(guardBytes, true) +
 		memsize.Of(int(unsafe.Sizeof(shard.Growth{})), false) +
 		memsize.Of(shardsBytes, true) - shardsBytes +
 		memsize.Of(8*cap(l.logs), false) + memsize.Of(4*cap(l.bounds), false) +
+		memsize.Of(8*degradedWords(len(l.logs)), false) +
 		2*counterBytes() +
 		resizerBytes
 }

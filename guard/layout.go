@@ -64,3 +64,17 @@ func (l *layout) bytes() int {
 	}
 	return int(n)
 }
+
+// reserved returns the memory a memory cap must hold for the layout's
+// shards: bytes with room for a full stash in each (see
+// shard.ReserveFor), at most math.MaxInt.
+func (l *layout) reserved() int {
+	var n int64
+	for _, k := range l.logs {
+		n += int64(shard.ReserveFor(k))
+		if n > math.MaxInt {
+			return math.MaxInt
+		}
+	}
+	return int(n)
+}

@@ -94,14 +94,17 @@ func WithGrowThreshold(load float64) Option {
 	return func(c *config) { c.growThreshold = load }
 }
 
-// WithMaxBytes caps the guard's memory at n bytes, as [Stats].Bytes counts
-// it: all the guard holds on the heap, its shards, their tables (both
-// tables of a shard while it doubles) and stashes, its counters and its
-// resizer. A doubling that
-// would pass the cap is refused; the shard keeps filling until it is full,
-// and then [Guard.Add] returns an error that [errors.Is] [ErrFull]. n must
-// be at least the memory of the new guard ([Stats].Bytes); by default there
-// is no cap.
+// WithMaxBytes caps the guard's memory at n bytes: [Stats].Bytes, all the
+// guard holds on the heap (its shards, their tables, both of a shard while
+// it doubles, and stashes, its counters and its resizer), never passes n.
+// The cap counts each table with room for a full stash ([Stats].ReservedBytes,
+// about 56 bytes a shard more than an empty stash takes), because a stash
+// fills as its table does. A doubling that would pass the cap is refused;
+// the shard keeps filling until it is full, and then [Guard.Add] returns
+// an error that [errors.Is] [ErrFull]. n must be at least what the new
+// guard reserves ([Stats].ReservedBytes of a guard made without the cap);
+// [New] and [Restore] return an error that names that figure for less. By
+// default there is no cap.
 func WithMaxBytes(n int) Option {
 	return func(c *config) { c.maxBytes = n }
 }

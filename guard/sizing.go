@@ -222,7 +222,7 @@ func mixed(c float64, k int, threshold float64) (layout, bool) {
 func capacityWithin(c config) int {
 	fits := func(n int) bool {
 		l, err := leanestPlan(n, c.shards, c.growThreshold)
-		return err == nil && fixedBytes(l)+l.bytes() <= c.maxBytes
+		return err == nil && fixedBytes(l)+l.reserved() <= c.maxBytes
 	}
 	lo, hi := 0, c.capacity // fits(lo) or lo == 0
 	for lo < hi {

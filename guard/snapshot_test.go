@@ -151,6 +151,7 @@ func FuzzRestore(f *testing.F) {
 		_, snap := snapshotOf(f, n, WithCapacity(100), WithSeed(uint64(n)))
 		f.Add(snap)
 	}
+	f.Add(degradedSnapshot(f))
 	f.Add([]byte("CKGD"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		g, err := Restore(bytes.NewReader(data))
@@ -180,4 +181,24 @@ func FuzzRestore(f *testing.F) {
 		}
 		h.Close()
 	})
+}
+
+// degradedSnapshot returns the snapshot of a small guard under its
+// smallest memory cap, added to until two shards refused keys: its
+// snapshot carries the degraded marks.
+func degradedSnapshot(t testing.TB) []byte {
+	t.Helper()
+	opts := []Option{WithCapacity(10), WithShards(3), WithSeed(7)}
+	g := mustNew(t, opts...)
+	limit := g.Stats().ReservedBytes
+	g.Close()
+	g = mustNew(t, append(opts, WithMaxBytes(limit))...)
+	for i := 0; g.Stats().DegradedShards < 2; i++ {
+		g.AddString(strconv.Itoa(i))
+	}
+	var buf bytes.Buffer
+	if _, err := g.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }

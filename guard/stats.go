@@ -16,6 +16,7 @@ type Stats struct {
 	Shards            int     // number of shards
 	Slots             int     // fingerprint slots over all shards
 	Bytes             int     // heap memory of the guard: shards, tables, stashes, counters, background resizer
+	ReservedBytes     int     // what the memory cap counts: Bytes with every stash counted full; Bytes ≤ ReservedBytes ≤ MaxBytes
 	MaxBytes          int     // the memory cap (WithMaxBytes); 0 for none
 	GrowThreshold     float64 // the load factor at which a shard doubles (WithGrowThreshold)
 	LoadFactor        float64 // Copies / Slots
@@ -26,7 +27,8 @@ type Stats struct {
 	SaturatedShards   int     // shards whose table uses every position bit (2^40 buckets)
 	Adds              uint64  // successful adds
 	Removes           uint64  // successful removes
-	AddFailures       uint64  // adds that returned ErrFull
+	AddFailures       uint64  // adds that returned ErrFull since New or Restore
+	DegradedShards    int     // shards that refused an add with ErrFull, or were marked so, ever (Guard.Degraded; snapshots keep it)
 	DuplicatesRefused uint64  // adds that returned ErrTooManyCopies
 	ReadRetries       uint64  // lookups that retried because a writer moved fingerprints
 
@@ -57,6 +59,7 @@ type ShardStats struct {
 	DuplicatesRefused uint64                     // adds refused with ErrTooManyCopies
 	Growing           bool                       // a doubling is in progress
 	MigratedBuckets   int                        // old buckets split so far, while Growing
+	Degraded          bool                       // the shard refused an add with ErrFull, or was marked so (Guard.Degraded)
 }
 
 // shardStats is s as a guard reports it: guard's own type, so that package
@@ -78,6 +81,7 @@ func (g *Guard) Stats() Stats {
 	st := Stats{
 		Shards:            len(g.shards),
 		Bytes:             fixedBytes(g.lay),
+		ReservedBytes:     int(g.growth.UsedBytes()),
 		MaxBytes:          g.cfg.maxBytes,
 		GrowThreshold:     g.cfg.growThreshold,
 		AddFailures:       uint64(g.failures.Value()),
@@ -95,6 +99,10 @@ func (g *Guard) Stats() Stats {
 	for i := range g.shards {
 		s := g.shards[i].Stats()
 		st.PerShard[i] = shardStats(s)
+		if g.Degraded(i) {
+			st.PerShard[i].Degraded = true
+			st.DegradedShards++
+		}
 		st.Items += s.Items
 		inserts += s.Inserts
 		st.Removes += s.Deletes

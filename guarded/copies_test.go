@@ -249,9 +249,12 @@ func TestLoaderInsertAmbiguousWrite(t *testing.T) {
 	s := newMemStore[int]()
 	l := newTestLoader(t, s, nil)
 	l.MarkReady()
-	wctx, cancel := context.WithTimeout(ctx, time.Millisecond)
-	defer cancel()
-	err := l.Insert(wctx, 1, func(ctx context.Context) error {
+	err := l.Insert(ctx, 1, func(ctx context.Context) error {
+		// The deadline is the write's own: one on Insert's ctx could
+		// pass before Insert begins, on a loaded machine, and Insert
+		// would then rightly write nothing.
+		ctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+		defer cancel()
 		s.put(1, "committed") // the commit reaches the store ...
 		<-ctx.Done()          // ... and the acknowledgement does not reach us
 		return fmt.Errorf("insert: %w", ctx.Err())

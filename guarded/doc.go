@@ -59,7 +59,11 @@
 //   - Rebuild (from a [KeyLister]): the new guard receives every insert from the
 //     moment it is installed, and then reads the key source; deletes reach
 //     only the old guard, so the new one may keep a deleted key (a false
-//     positive), never miss a live one.
+//     positive), never miss a live one. It also gets one copy of each key
+//     whose insert returned with an unknown outcome and that the store has
+//     not settled yet ([WithUnsettled]): such a write may commit after the
+//     read, and a second copy of a key the read finds is harmless. A feed's
+//     Resync and Replace do the same.
 //   - Catch-up ([Loader.CatchUp]) over a restored snapshot: the store's
 //     changes since the snapshot are applied once each, this process's own
 //     deletes included, which therefore remove nothing themselves while the

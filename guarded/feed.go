@@ -133,19 +133,23 @@ func (f *Feed[K]) Invalidate() {
 }
 
 // Guard returns the guard lookups use now, for a stream that saves it
-// (with [guard.Guard.WriteTo]) next to its position. Check [Feed.Degraded]
-// first: a degraded guard cannot be saved whole.
+// (with [guard.Guard.WriteTo]) next to its position. See [Feed.Degraded]
+// for a guard whose shards pass lookups through.
 func (f *Feed[K]) Guard() *guard.Guard { return f.l.Guard() }
 
 // Degraded reports whether a shard of the current guard passes its lookups
-// through because it could not take a key (guard.ErrFull): the Loader
-// knows the key may exist, the guard alone does not. A guard saved with
-// [guard.Guard.WriteTo] loses that mark, and a Loader that [Feed.Replace]
-// installed it in would answer ErrNotFound for the key: a stream must not
-// save a degraded guard. The mark is set before the write of the key it
-// concerns begins, so a stream that checks Degraded after applying the
-// changes up to a position, and finds it false, saves a guard that holds
-// every key created before that position.
+// through because it could not take a key (guard.ErrFull), or because a
+// rebuild could not tell which keys of writes with an unknown outcome it
+// lacks (see [WithUnsettled]): the Loader knows the key may exist, the
+// guard's keys alone do not. The guard carries the mark
+// ([guard.Guard.Degraded]), and its snapshots keep it, so that a Loader
+// that [Feed.Replace] installed the restored guard in passes those shards
+// through again; a stream may also decline to save a degraded guard and
+// read the table instead at its next start (the postgres follower does).
+// The mark is set before the write of the key it concerns begins, so a
+// stream that checks Degraded after applying the changes up to a
+// position, and finds it false, saves a guard that holds every key
+// created before that position.
 func (f *Feed[K]) Degraded() bool { return f.l.degraded() }
 
 // Detach ends the feed: the Loader is invalidated (without the stream it

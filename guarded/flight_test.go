@@ -195,3 +195,13 @@ func TestInsertWritePanic(t *testing.T) {
 		}
 	})
 }
+
+// joined reports whether a call of key is in flight with a waiter besides
+// its leader.
+func (f *flight[K, V]) joined(h uint64, key K) bool {
+	st := f.calls.of(h)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	c, ok := st.m[key]
+	return ok && c.waiters > 0
+}

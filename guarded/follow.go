@@ -69,6 +69,8 @@ func (l *Loader[K, V]) resync(ctx context.Context, fill func(ctx context.Context
 		var n int64
 		add := func(k K) error {
 			n++
+			// The stream's read may have begun before an insert whose
+			// outcome is unknown: finding its key settles nothing.
 			_, err := l.add(nv, l.codec.hash(nv.g, k))
 			return err
 		}
@@ -94,7 +96,18 @@ func (l *Loader[K, V]) installSaved(g *guard.Guard) error {
 	l.rebuildMu.Lock() // rebuilds and resyncs take turns with it
 	defer l.rebuildMu.Unlock()
 	l.Invalidate()
-	return l.install(newView(g), byFeed)
+	nv := newView(g)
+	// The saved guard is older than this process's inserts whose outcome
+	// is unknown, and the feed skips them as this process's own: keep
+	// them, as a rebuild does. Their hashes are of the current guard's
+	// seed.
+	l.writeMu.Lock()
+	if g.Seed() != l.cur.Load().g.Seed() {
+		l.unsettled.rehash(l.cfg.now().UnixNano())
+	}
+	l.keepUnsettled(nv)
+	l.writeMu.Unlock()
+	return l.install(nv, byFeed)
 }
 
 // degraded is Feed.Degraded's part in the Loader.

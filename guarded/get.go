@@ -54,6 +54,9 @@ func (l *Loader[K, V]) Get(ctx context.Context, key K) (V, error) {
 	ready, v := l.readyView()
 	h := l.codec.hash(v.g, key)
 	guarded := ready && !v.passes(h)
+	if !guarded && v.recheckAt != 0 {
+		l.recheck(v)
+	}
 	if guarded && !v.g.ContainsHash(h) {
 		// screen's first case, written out: the path the Loader exists
 		// for, 21 ns, of which the call cost 6% (BenchmarkLoaderGet).
@@ -65,7 +68,7 @@ func (l *Loader[K, V]) Get(ctx context.Context, key K) (V, error) {
 		return zero, ErrNotFound
 	}
 	val, err := l.flight.do(ctx, h, key, l.load)
-	return l.settle(key, d, val, err)
+	return l.settle(ctx, key, d, val, err)
 }
 
 // screening is what Get and GetMany knew of a key before they asked the
@@ -74,6 +77,10 @@ func (l *Loader[K, V]) Get(ctx context.Context, key K) (V, error) {
 type screening struct {
 	guarded    bool
 	epoch, gen uint64
+	h          uint64 // the key's hash
+	// unsettled: an insert of the key had an unknown outcome, and the
+	// store had not settled it when the lookup began (see unsettled).
+	unsettled bool
 }
 
 // screen decides and counts, for Get and GetMany alike, whether the store
@@ -97,9 +104,10 @@ func (l *Loader[K, V]) screen(key K, h, gen uint64, guarded, maybe bool) (s scre
 func (l *Loader[K, V]) screenMaybe(key K, h, gen uint64, guarded bool) (s screening, absent bool) {
 	if !guarded {
 		l.passed.Inc()
-		return screening{}, false
+		return screening{h: h, unsettled: l.unsettled.mayShow(h, l.cfg.now)}, false
 	}
-	s = screening{guarded: true, epoch: l.epoch(h).Load(), gen: gen}
+	s = screening{guarded: true, epoch: l.epoch(h).Load(), gen: gen, h: h}
+	s.unsettled = l.unsettled.mayShow(h, l.cfg.now) // after the epoch: see settle
 	if l.neg != nil && l.neg.has(key, s.epoch, gen) {
 		l.negHits.Inc()
 		return s, true
@@ -112,13 +120,33 @@ func (l *Loader[K, V]) screenMaybe(key K, h, gen uint64, guarded bool) (s screen
 // caller's: a store "not found" (see WithNotFound) becomes ErrNotFound,
 // and for a guarded key it is a false positive, counted and learnt by the
 // negative cache.
-func (l *Loader[K, V]) settle(key K, s screening, val V, err error) (V, error) {
+//
+// A "not found" for a key whose insert's outcome is unknown when the
+// lookup began or ended (or while such an outcome the Loader could not
+// remember may still show, see unsettled) is asked again, in a store call
+// of this caller's own: the shared call that answered may have begun
+// before the row became visible, which no write of this Loader's marks
+// (an Insert makes later lookups start a call of their own; a late commit
+// cannot). A read that settles the key makes later lookups start their
+// own call first (see fill).
+func (l *Loader[K, V]) settle(ctx context.Context, key K, s screening, val V, err error) (V, error) {
 	if err == nil || !l.notFound(err) {
 		return val, err
 	}
+	unsettled := s.unsettled || l.unsettled.mayShow(s.h, l.cfg.now)
+	if unsettled {
+		if val, err = l.load(ctx, key); err == nil || !l.notFound(err) {
+			return val, err
+		}
+	}
 	if s.guarded {
 		l.falsePos.Inc()
-		if l.neg != nil {
+		// Not for a key whose insert's outcome is unknown: its row may
+		// become visible later, with no write of ours to void the entry.
+		// The insert records the key before it bumps the epoch read
+		// before the store call, so a lookup that began after that bump
+		// sees the record.
+		if l.neg != nil && !unsettled {
 			l.neg.add(key, s.epoch, s.gen)
 		}
 	}

@@ -35,6 +35,9 @@ func (l *Loader[K, V]) GetMany(ctx context.Context, keys []K) (vals []V, errs []
 	for i, k := range keys {
 		hs[i] = l.codec.hash(v.g, k)
 	}
+	if v.recheckAt != 0 {
+		l.recheck(v)
+	}
 	maybe := make([]bool, len(keys))
 	if ready {
 		v.g.ContainsManyHashes(hs, maybe)
@@ -62,7 +65,7 @@ func (l *Loader[K, V]) GetMany(ctx context.Context, keys []K) (vals []V, errs []
 		todo = append(todo, pending{i: i, s: s})
 	}
 	answer := func(p *pending, val V, err error) {
-		vals[p.i], errs[p.i] = l.settle(keys[p.i], p.s, val, err)
+		vals[p.i], errs[p.i] = l.settle(ctx, keys[p.i], p.s, val, err)
 		p.done = true
 	}
 	if batch := l.src.many; batch != nil && len(todo) > 0 {

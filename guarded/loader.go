@@ -25,7 +25,8 @@ import (
 // guard restored from a snapshot), [Loader.MarkReady] (a guard the caller
 // filled) or a change feed's [Feed.MarkReady] ([Loader.AttachFeed]). Insert
 // adds a key before its write and keeps it if the write's outcome is
-// unknown; Delete removes a key only after the store confirmed the delete,
+// unknown, through rebuilds too, until the store settles it
+// ([WithUnsettled]); Delete removes a key only after the store confirmed the delete,
 // and only where that cannot take another key's copy (the package
 // documentation, "Copies and removals", gives every case). A shard that
 // cannot take a key passes its lookups through until a rebuild swaps in a
@@ -60,9 +61,10 @@ type Loader[K comparable, V any] struct {
 	// the key source to read) or not begun (and so reaching the new guard
 	// too). A delete holds it so that the guard it removes from is the one
 	// it found ready.
-	writeMu sync.RWMutex
-	inserts keyLocks[K]   // one Insert per key at a time
-	insertN atomic.Uint64 // inserts, to check the FPR every 4096
+	writeMu   sync.RWMutex
+	inserts   keyLocks[K]   // one Insert per key at a time
+	insertN   atomic.Uint64 // inserts, to check the FPR every 4096
+	unsettled *unsettled    // keys of inserts whose outcome is unknown, for rebuilds (unsettled.go)
 
 	// Readiness and the change feed (readiness.go, feed.go).
 	ready  atomic.Bool
@@ -93,10 +95,37 @@ type view struct {
 	g       *guard.Guard
 	pass    []atomic.Bool // per shard: it refused a key (guard.ErrFull), which may be missing
 	passAny atomic.Bool
+	// recheckAt is set for a view that a rebuild made to pass every
+	// lookup through because it may lack keys of writes with an unknown
+	// outcome that the Loader could not remember (see unsettled): the
+	// unix nanoseconds after which a rebuild would not, and should run.
+	// Set before the view is published.
+	recheckAt int64
+	// settleSeq is the number of the last unknown outcome recorded
+	// before a rebuild began to fill the view (see unsettled.readSettles).
+	settleSeq uint64
 }
 
+// newView returns the view of g, whose degraded shards (a guard restored
+// from the snapshot of one whose shards refused keys, see
+// guard.Guard.Degraded) pass their lookups through: the keys they refused
+// exist only in the store.
 func newView(g *guard.Guard) *view {
-	return &view{g: g, pass: make([]atomic.Bool, g.Shards())}
+	v := &view{g: g, pass: make([]atomic.Bool, g.Shards())}
+	for i := range v.pass {
+		if g.Degraded(i) {
+			v.markPass(i)
+		}
+	}
+	return v
+}
+
+// markPass makes the lookups of shard i pass through, and marks it in the
+// guard too, so that a snapshot of the guard keeps the mark.
+func (v *view) markPass(i int) {
+	v.g.MarkDegraded(i)
+	v.pass[i].Store(true)
+	v.passAny.Store(true)
 }
 
 // passes reports whether lookups of hash h must reach the store because
@@ -113,14 +142,16 @@ func (v *view) passes(h uint64) bool {
 // Loader owns.
 func New[K comparable, V any](g *guard.Guard, store Getter[K, V], opts ...Option) (*Loader[K, V], error) {
 	c := config{
-		isNotFound:  defaultIsNotFound,
-		notWritten:  NotWritten,
-		maxFPR:      DefaultMaxFPR,
-		loadTimeout: DefaultLoadTimeout,
-		fillWorkers: runtime.GOMAXPROCS(0),
-		logger:      discardLogger,
-		fresh:       freshGuard,
-		now:         time.Now,
+		isNotFound:   defaultIsNotFound,
+		notWritten:   NotWritten,
+		maxFPR:       DefaultMaxFPR,
+		loadTimeout:  DefaultLoadTimeout,
+		fillWorkers:  runtime.GOMAXPROCS(0),
+		logger:       discardLogger,
+		fresh:        freshGuard,
+		now:          time.Now,
+		maxUnsettled: DefaultMaxUnsettled,
+		settleTime:   DefaultSettleTime,
 	}
 	if err := options.Apply("guarded: New", &c, opts); err != nil {
 		return nil, err
@@ -156,6 +187,7 @@ func New[K comparable, V any](g *guard.Guard, store Getter[K, V], opts ...Option
 	if c.negSize > 0 {
 		l.neg = newNegCache[K](c.negSize, c.negTTL, c.now)
 	}
+	l.unsettled = newUnsettled(c.maxUnsettled, c.settleTime)
 	l.cur.Store(newView(g))
 	return l, nil
 }

@@ -21,23 +21,36 @@ const (
 	DefaultLoadTimeout = 0
 	// DefaultFillBatch is the number of keys Fill hands a worker at once.
 	DefaultFillBatch = 4096
+	// DefaultMaxUnsettled is the number of keys of writes with an unknown
+	// outcome that a Loader keeps through rebuilds (see WithUnsettled):
+	// about 500 KB.
+	DefaultMaxUnsettled = 10_000
+	// DefaultSettleTime is how long after an insert with an unknown
+	// outcome returned a Loader assumes its row, if it was written, is
+	// visible (see WithUnsettled).
+	DefaultSettleTime = 5 * time.Minute
 )
 
 // Option configures a [Loader] made by [New].
 type Option func(*config)
 
 type config struct {
-	isNotFound  func(error) bool
-	notWritten  func(error) bool
-	negSize     int
-	negTTL      time.Duration
-	maxFPR      float64
-	loadTimeout time.Duration
-	progress    func(added int64)
-	logger      *slog.Logger
-	fillWorkers int
-	fresh       func(old *guard.Guard, capacity int) (*guard.Guard, error)
-	now         func() time.Time
+	isNotFound   func(error) bool
+	notWritten   func(error) bool
+	negSize      int
+	negTTL       time.Duration
+	maxFPR       float64
+	loadTimeout  time.Duration
+	progress     func(added int64)
+	logger       *slog.Logger
+	fillWorkers  int
+	fresh        func(old *guard.Guard, capacity int) (*guard.Guard, error)
+	now          func() time.Time
+	maxUnsettled int
+	settleTime   time.Duration
+	// forgetUnknown drops every unknown outcome: a mutation for tests
+	// (withoutUnsettled), never set otherwise.
+	forgetUnknown bool
 }
 
 // WithNotFound sets how a Loader recognizes the store's "not found" error,
@@ -61,10 +74,38 @@ func WithRollback(notWritten func(err error) bool) Option {
 // WithNegativeCache remembers, for ttl, up to size keys that the guard let
 // through but the store did not have (false positives), so that repeated
 // lookups of the same absent key do not reach the store every time. A key
-// inserted through [Loader.Insert] leaves the cache at once. Off by
-// default. Each entry costs about 64 bytes plus the key.
+// inserted through [Loader.Insert] leaves the cache at once; one whose
+// insert's outcome is unknown is not cached until the store settles it
+// (see [WithUnsettled]), since its row may show up later. Off by default.
+// Each entry costs about 64 bytes plus the key.
 func WithNegativeCache(size int, ttl time.Duration) Option {
 	return func(c *config) { c.negSize, c.negTTL = size, ttl }
+}
+
+// WithUnsettled sets how a Loader keeps, through rebuilds, the keys of
+// inserts whose outcome is unknown: a write that returned an error which
+// [WithRollback] cannot prove harmless ([ErrMaybeWritten], a deadline, a
+// lost reply) or panicked. Such a write may commit after it returned, and
+// after a rebuild read the store's keys without it; the rebuilt guard
+// would then miss a committed row. So every rebuild (and a feed's
+// [Feed.Resync] and [Feed.Replace]) adds each such key to its guard, until
+// the store settles it: the read of a later rebuild from the key source
+// ([KeyLister]) contains it, or, for a unique key, a later [Loader.Insert]
+// of it succeeds or a [Loader.Delete] of it finds the row. A key whose row
+// never shows is forgotten settle after its write returned: set settle
+// longer than the store may take to make a write visible that its client
+// gave up on (a commit waiting for a synchronous standby takes as long
+// as the standby does).
+//
+// The Loader remembers at most max such keys, each about 50 bytes. An
+// unknown outcome beyond them is not lost: a rebuild whose read begins
+// less than settle after it swaps in a guard that passes every lookup
+// through to the store, and the first lookup or insert after that time
+// starts a rebuild that filters again ([Stats].UnsettledOverflows counts
+// them). The defaults are [DefaultMaxUnsettled] and [DefaultSettleTime];
+// max must be at least 0 and settle positive.
+func WithUnsettled(max int, settle time.Duration) Option {
+	return func(c *config) { c.maxUnsettled, c.settleTime = max, settle }
 }
 
 // WithMaxFPR sets the estimated false-positive rate, in (0, 1], above which
@@ -150,6 +191,9 @@ func (c *config) validate() error {
 	}
 	if c.fillWorkers < 1 {
 		return fmt.Errorf("guarded: fill workers %d must be at least 1", c.fillWorkers)
+	}
+	if c.maxUnsettled < 0 || c.settleTime <= 0 {
+		return fmt.Errorf("guarded: WithUnsettled(%d, %v): want at least 0 keys and a positive settle time", c.maxUnsettled, c.settleTime)
 	}
 	return nil
 }

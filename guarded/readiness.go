@@ -42,7 +42,7 @@ func (l *Loader[K, V]) Fill(ctx context.Context, keys iter.Seq2[K, error]) error
 		return errors.New("guarded: Fill: called again after a Fill that ran or runs: a second pass would add every key again")
 	}
 	start := time.Now()
-	n, err := l.fill(ctx, l.cur.Load(), keys)
+	n, err := l.fill(ctx, l.cur.Load(), keys, 0) // the read may have begun before any insert: it settles nothing
 	if err != nil {
 		l.filled.Store(false) // may be tried again
 		return wrap("fill", err)
@@ -71,8 +71,10 @@ func KeysOf[K any](keys iter.Seq[K]) iter.Seq2[K, error] {
 	}
 }
 
-// fill adds keys to v's guard and returns how many it added.
-func (l *Loader[K, V]) fill(ctx context.Context, v *view, keys iter.Seq2[K, error]) (int64, error) {
+// fill adds keys to v's guard and returns how many it added. A read
+// that began after the unknown outcomes recorded up to settleSeq settles
+// those of the keys it finds (0: none).
+func (l *Loader[K, V]) fill(ctx context.Context, v *view, keys iter.Seq2[K, error], settleSeq uint64) (int64, error) {
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.SetLimit(l.cfg.fillWorkers)
 	var added atomic.Int64
@@ -105,7 +107,13 @@ func (l *Loader[K, V]) fill(ctx context.Context, v *view, keys iter.Seq2[K, erro
 		if ectx.Err() != nil {
 			break
 		}
-		batch = append(batch, l.codec.hash(v.g, k))
+		h := l.codec.hash(v.g, k)
+		if settleSeq != 0 {
+			// Every later read finds it too. Lookups that find it settled
+			// must not join a call that began before its row showed.
+			l.unsettled.readSettles(h, settleSeq, func() { l.flight.forget(h, k) })
+		}
+		batch = append(batch, h)
 		if len(batch) == cap(batch) {
 			flush()
 		}

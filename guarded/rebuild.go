@@ -76,7 +76,9 @@ func (l *Loader[K, V]) rebuild() {
 // both guards, then installs it, unless a change feed attached meanwhile.
 func (l *Loader[K, V]) rebuildNow(ctx context.Context) error {
 	return l.rebuildWith(ctx, byKeySource, func(ctx context.Context, nv *view) (int64, error) {
-		return l.fill(ctx, nv, l.src.keys(ctx))
+		// The read begins now, after every record up to nv.settleSeq:
+		// a key it finds with such a record is settled.
+		return l.fill(ctx, nv, l.src.keys(ctx), nv.settleSeq)
 	})
 }
 
@@ -103,7 +105,8 @@ func (l *Loader[K, V]) rebuildWith(ctx context.Context, by builder, fill func(co
 		return wrap("rebuild", err)
 	}
 	nv := newView(ng)
-	l.writeMu.Lock() // waits for inserts in flight: their rows are in the store now
+	l.writeMu.Lock() // waits for inserts in flight: their rows are in the store now, or their keys unsettled
+	l.keepUnsettled(nv)
 	l.shadow.Store(nv)
 	l.writeMu.Unlock()
 	n, err := fill(ctx, nv)
@@ -183,4 +186,32 @@ func (l *Loader[K, V]) newGuard(g *guard.Guard) (*guard.Guard, error) {
 		return nil, errOwned
 	}
 	return ng, nil
+}
+
+// keepUnsettled adds to nv, the guard of a rebuild about to read the
+// store's keys, every key of an insert whose outcome is unknown (see
+// unsettled): its row may become visible after the read. If an unknown
+// outcome could not be remembered, nv passes every lookup through until
+// its settle time has passed, and asks for a rebuild then. The caller
+// holds writeMu, so that no insert is between its write and its record.
+func (l *Loader[K, V]) keepUnsettled(nv *view) {
+	keys, seq, passUntil := l.unsettled.pending(l.cfg.now().UnixNano())
+	nv.settleSeq = seq
+	if passUntil != 0 {
+		for i := range nv.pass {
+			nv.markPass(i)
+		}
+		nv.recheckAt = passUntil
+	}
+	for _, h := range keys {
+		l.add(nv, h) // a full shard passes through, as for any add
+	}
+}
+
+// recheck starts the rebuild that view v waits for, once the settle time
+// it waits for has passed (see view.recheckAt).
+func (l *Loader[K, V]) recheck(v *view) {
+	if v.recheckAt != 0 && l.cfg.now().UnixNano() >= v.recheckAt {
+		l.rebuild()
+	}
 }

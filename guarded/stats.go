@@ -7,20 +7,22 @@ import "github.com/cuckooguard/cuckooguard/guard"
 // GetMany) counts once in exactly one of Avoided, NegativeCacheHits,
 // LetThrough and PassedThrough; [Loader.MayContain] counts nothing.
 type Stats struct {
-	Ready             bool        // the guard answers ErrNotFound on its own
-	StoreCalls        uint64      // calls of the lookup function and of the batch lookup
-	BatchCalls        uint64      // calls of the store's GetMany (BatchGetter)
-	Avoided           uint64      // lookups answered ErrNotFound without the store
-	LetThrough        uint64      // lookups the guard let through to the store: the key may exist
-	FalsePositives    uint64      // store "not found" for keys the guard let through
-	ObservedFPR       float64     // (FalsePositives + NegativeCacheHits) / (that + Avoided): see Stats
-	NegativeCacheHits uint64      // ErrNotFound from the negative cache
-	PassedThrough     uint64      // lookups sent to the store unguarded (not ready, or a shard that refused a key)
-	PassThroughShards int         // shards that pass lookups through until the next rebuild
-	Rebuilding        bool        // a rebuild is running
-	Rebuilds          uint64      // rebuilds swapped in
-	RebuildErrors     uint64      // rebuilds that failed
-	Guard             guard.Stats // the current guard
+	Ready              bool        // the guard answers ErrNotFound on its own
+	StoreCalls         uint64      // calls of the lookup function and of the batch lookup
+	BatchCalls         uint64      // calls of the store's GetMany (BatchGetter)
+	Avoided            uint64      // lookups answered ErrNotFound without the store
+	LetThrough         uint64      // lookups the guard let through to the store: the key may exist
+	FalsePositives     uint64      // store "not found" for keys the guard let through
+	ObservedFPR        float64     // (FalsePositives + NegativeCacheHits) / (that + Avoided): see Stats
+	NegativeCacheHits  uint64      // ErrNotFound from the negative cache
+	PassedThrough      uint64      // lookups sent to the store unguarded (not ready, or a shard that refused a key)
+	PassThroughShards  int         // shards that pass lookups through until the next rebuild
+	Unsettled          int         // keys of inserts whose outcome is unknown, kept through rebuilds (WithUnsettled)
+	UnsettledOverflows uint64      // unknown outcomes beyond WithUnsettled's max: rebuilds then pass through for a while
+	Rebuilding         bool        // a rebuild is running
+	Rebuilds           uint64      // rebuilds swapped in
+	RebuildErrors      uint64      // rebuilds that failed
+	Guard              guard.Stats // the current guard
 }
 
 // Stats returns the Loader's statistics.
@@ -34,18 +36,20 @@ type Stats struct {
 func (l *Loader[K, V]) Stats() Stats {
 	v := l.cur.Load()
 	st := Stats{
-		Ready:             l.ready.Load(),
-		StoreCalls:        uint64(l.storeCalls.Value()),
-		BatchCalls:        uint64(l.batchCalls.Value()),
-		Avoided:           uint64(l.avoided.Value()),
-		LetThrough:        uint64(l.letThrough.Value()),
-		FalsePositives:    uint64(l.falsePos.Value()),
-		NegativeCacheHits: uint64(l.negHits.Value()),
-		PassedThrough:     uint64(l.passed.Value()),
-		Rebuilding:        l.rebuilding.Load(),
-		Rebuilds:          uint64(l.rebuilds.Value()),
-		RebuildErrors:     uint64(l.rebuildErrs.Value()),
-		Guard:             v.g.Stats(),
+		Ready:              l.ready.Load(),
+		StoreCalls:         uint64(l.storeCalls.Value()),
+		BatchCalls:         uint64(l.batchCalls.Value()),
+		Avoided:            uint64(l.avoided.Value()),
+		LetThrough:         uint64(l.letThrough.Value()),
+		FalsePositives:     uint64(l.falsePos.Value()),
+		NegativeCacheHits:  uint64(l.negHits.Value()),
+		PassedThrough:      uint64(l.passed.Value()),
+		Unsettled:          l.unsettled.len(),
+		UnsettledOverflows: l.unsettled.overflows.Load(),
+		Rebuilding:         l.rebuilding.Load(),
+		Rebuilds:           uint64(l.rebuilds.Value()),
+		RebuildErrors:      uint64(l.rebuildErrs.Value()),
+		Guard:              v.g.Stats(),
 	}
 	for i := range v.pass {
 		if v.pass[i].Load() {

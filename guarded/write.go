@@ -24,7 +24,8 @@ import (
 //
 // write gets ctx as it is. Insert returns write's error; ctx.Err() if ctx
 // ended before write ran (the guard is then unchanged); or an error if the
-// guard cannot take the key (write is then not called).
+// guard cannot take the key (write is then not called). If write panics,
+// its outcome is unknown: the key stays, and the panic goes on.
 func (l *Loader[K, V]) Insert(ctx context.Context, key K, write func(ctx context.Context) error) error {
 	switch {
 	case ctx == nil:
@@ -60,7 +61,8 @@ func (l *Loader[K, V]) Insert(ctx context.Context, key K, write func(ctx context
 		hs = l.codec.hash(sh.g, key)
 		inShadow, _ = l.add(sh, hs) // a failed rebuild closes sh: nothing to keep
 	}
-	rolledBack := false
+	rolledBack, returned := false, false
+	var werr error
 	defer func() {
 		if rolledBack {
 			return
@@ -70,9 +72,15 @@ func (l *Loader[K, V]) Insert(ctx context.Context, key K, write func(ctx context
 		// write may have joined a store call that missed the row: later
 		// ones must not join it, nor trust a negative entry cached by it.
 		l.flight.forget(h, key)
+		// Under writeMu, so that a rebuild that begins after this insert
+		// finds the key among the unsettled ones; before the epoch's
+		// bump, so that a lookup that begins after the bump does not
+		// cache the key as absent (see settle).
+		l.noteOutcome(h, !returned || werr != nil, cur)
 		e.Add(1)
 	}()
-	werr := write(ctx)
+	werr = write(ctx)
+	returned = true
 	if werr != nil && l.cfg.notWritten(werr) {
 		if inCur {
 			cur.g.RemoveHash(h)
@@ -106,7 +114,8 @@ func (l *Loader[K, V]) Insert(ctx context.Context, key K, write func(ctx context
 // same keys), so that the feed skips exactly those inserts.
 //
 // InsertGenerated returns write's error, ctx.Err() if ctx ended before
-// write ran, or add's error.
+// write ran, or add's error. If write panics, its outcome is unknown: the
+// keys it added stay, and the panic goes on.
 func (l *Loader[K, V]) InsertGenerated(ctx context.Context, write func(ctx context.Context, add func(K) error) error) error {
 	switch {
 	case ctx == nil:
@@ -150,13 +159,38 @@ func (l *Loader[K, V]) InsertGenerated(ctx context.Context, write func(ctx conte
 		keys = append(keys, a)
 		return nil
 	}
-	werr := write(ctx, add)
+	rolledBack, wrote := false, false
+	var werr error
+	defer func() {
+		// Whatever write did (it may have panicked), add is closed now: a
+		// goroutine of write that calls it late gets an error rather than
+		// a key in the guard that nothing accounts for.
+		mu.Lock()
+		returned = true
+		mu.Unlock()
+		if rolledBack {
+			return
+		}
+		// In a defer, as in Insert, so that it runs when write panics
+		// after its commit too: the rows may exist now, and lookups that
+		// began before the write may have joined a store call that missed
+		// them. Later ones must not join it, nor trust a negative entry
+		// it cached.
+		unclear := !wrote || werr != nil
+		for _, a := range keys {
+			l.flight.forget(a.h, a.key)
+			l.noteOutcome(a.h, unclear, cur) // under writeMu, before the bump, as in Insert
+			l.epoch(a.h).Add(1)
+		}
+	}()
+	werr = write(ctx, add)
+	wrote = true
 	mu.Lock()
 	returned = true
-	mu.Unlock()
 	if werr == nil {
 		werr = addErr
 	}
+	mu.Unlock()
 	if werr != nil && l.cfg.notWritten(werr) {
 		for _, a := range keys {
 			if a.inCur {
@@ -166,15 +200,10 @@ func (l *Loader[K, V]) InsertGenerated(ctx context.Context, write func(ctx conte
 				sh.g.RemoveHash(a.hs)
 			}
 		}
+		rolledBack = true
 		return werr
 	}
-	for _, a := range keys {
-		// As in Insert: later lookups must not join a store call that
-		// began before the row existed, nor trust what it cached.
-		l.flight.forget(a.h, a.key)
-		l.epoch(a.h).Add(1)
-	}
-	if len(keys) > 0 && l.insertN.Add(uint64(len(keys)))%4096 < uint64(len(keys)) {
+	if n := uint64(len(keys)); n > 0 && l.insertN.Add(n)%4096 < n {
 		l.checkFPR()
 	}
 	return werr
@@ -210,10 +239,28 @@ func (l *Loader[K, V]) Delete(ctx context.Context, key K, write func(ctx context
 	}
 	h := l.codec.hash(cur.g, key)
 	l.flight.forget(h, key)
+	l.unsettled.settled(h) // its row existed: the store settled any unknown outcome
 	if remove {
 		cur.g.RemoveHash(h)
 	}
 	return nil
+}
+
+// noteOutcome records how an insert of the key with hash h into view v
+// ended, for rebuilds: a write whose outcome is unknown (unclear: it
+// failed with an error that did not prove it wrote nothing, or panicked)
+// leaves its key unsettled; a write that succeeded settles it. It also
+// asks for the rebuild that v is waiting for (see view.recheckAt). The
+// caller holds writeMu.
+func (l *Loader[K, V]) noteOutcome(h uint64, unclear bool, v *view) {
+	if unclear {
+		if !l.cfg.forgetUnknown {
+			l.unsettled.record(h, l.cfg.now().UnixNano())
+		}
+	} else {
+		l.unsettled.settled(h)
+	}
+	l.recheck(v)
 }
 
 // add adds hash h to the guard of v and reports whether it did. A full
@@ -241,8 +288,7 @@ func (l *Loader[K, V]) add(v *view, h uint64) (bool, error) {
 	if !errors.Is(err, guard.ErrFull) {
 		return false, err
 	}
-	v.pass[v.g.ShardIndex(h)].Store(true)
-	v.passAny.Store(true)
+	v.markPass(v.g.ShardIndex(h)) // the guard marked it already; the view's copy is what lookups read
 	l.rebuild()
 	return false, nil
 }

@@ -101,6 +101,7 @@ func (s *Shard) ReadFrom(r io.Reader) (int64, error) {
 		return read, fmt.Errorf("%w: %d items in %d slots", ErrCorrupt, items, copies)
 	}
 	t := newTableHeader(k)
+	t.stashRoom = int32(max(StashSize, stashLen))
 	maxTail := t.tnew()
 	valid := func(sl uint64) bool { return sl>>8 != 0 && sl&0xff != 0 && tailLen(sl) <= maxTail }
 	count := uint64(0)

@@ -131,7 +131,7 @@ func (s *Shard) finishLocked(t, nt *table) {
 	s.doublings.Add(1)
 	s.fullAt = 0
 	if s.growth != nil {
-		s.growth.used.Add(-int64(tableBytes(len(t.buckets))))
+		s.growth.used.Add(-t.reservedBytes())
 	}
 }
 

@@ -32,7 +32,9 @@ const (
 //
 //   - A shard attached with [Shard.SetGrowth] reserves its memory from the
 //     policy, and every doubling reserves the new table before it
-//     allocates it and releases the old one when it finishes.
+//     allocates it and releases the old one when it finishes. A table's
+//     reservation includes room for its stash, full ([Shard.ReservedBytes]),
+//     so that what [Shard.Stats] counts never passes the cap.
 //   - [Shard.Insert] doubles a shard that has no room for an item, in the
 //     caller's goroutine, unless the memory cap or a crowd of colliding
 //     items says no; it then returns an error that wraps [ErrFull] and
@@ -68,8 +70,9 @@ func (g *Growth) Threshold() float64 { return g.threshold }
 func (g *Growth) MaxBytes() int64 { return g.max }
 
 // UsedBytes returns the memory reserved: what [Growth.Reserve] took, the
-// shards attached and their tables, both tables of a shard while it
-// doubles.
+// shards attached and their tables with room for full stashes, both
+// tables of a shard while it doubles. It is at most the cap, and at least
+// the sum of what their Stats count as Bytes.
 func (g *Growth) UsedBytes() int64 { return g.used.Load() }
 
 // Refused returns the number of doublings the memory cap refused.
@@ -105,7 +108,8 @@ func (g *Growth) fits(n int64) bool {
 }
 
 // SetGrowth puts s under growth policy g: s reserves from g the memory it
-// holds now (as [Shard.Stats] counts it), and from then on inserts double
+// holds now with room for a full stash ([Shard.ReservedBytes]), and from
+// then on inserts double
 // s when it has no room, and [Shard.NeedsGrowth] and [Shard.GrowStep]
 // follow g's threshold. Call it once, after [Shard.Init] or
 // [Shard.ReadFrom] and before the shard is shared. It returns an error
@@ -123,11 +127,41 @@ func (s *Shard) SetGrowth(g *Growth) error {
 	if s.growth != nil {
 		return fmt.Errorf("shard: SetGrowth: the shard has a growth policy already")
 	}
-	if err := g.Reserve(int64(s.Stats().Bytes)); err != nil {
+	if err := g.Reserve(int64(s.ReservedBytes())); err != nil {
 		return err
 	}
 	s.growth = g
 	return nil
+}
+
+// ReservedBytes returns the memory that a growth policy reserves for s:
+// what [Shard.Stats] counts as Bytes, with each table's stash counted as
+// large as its room (StashSize entries, or what a doubling or ReadFrom
+// left in it if more). A stash grows while its table fills, under no lock
+// of the policy's, so its room is reserved with the table: the memory the
+// shard holds never passes the policy's cap.
+func (s *Shard) ReservedBytes() int {
+	t := s.tab.Load()
+	n := int64(shardBytes) + t.reservedBytes()
+	if nt := t.next.Load(); nt != nil {
+		n += nt.reservedBytes()
+	}
+	return int(n)
+}
+
+// ReserveFor returns what [Shard.ReservedBytes] is for an empty shard of
+// 2^log2Buckets buckets: [BytesFor] and room for a full stash.
+func ReserveFor(log2Buckets int) int {
+	return BytesFor(log2Buckets) + stashBytes(StashSize)
+}
+
+// nextStashRoom is the stash room of the table that doubles t: a
+// doubling moves t's stash into the new table, where an entry that finds
+// no place stays stashed, a void one in each of its two children (see
+// finishLocked). t's stash does not grow while it doubles (an insert
+// finishes the doubling before it evicts).
+func nextStashRoom(t *table) int32 {
+	return max(StashSize, 2*t.stashN.Load())
 }
 
 // NeedsGrowth reports whether s has a growth policy, has reached its
@@ -141,7 +175,7 @@ func (s *Shard) NeedsGrowth() bool {
 		return false
 	}
 	t := s.tab.Load()
-	return t.next.Load() == nil && t.k < maxTableLog2 && g.fits(int64(tableBytes(2*len(t.buckets))))
+	return t.next.Load() == nil && t.k < maxTableLog2 && g.fits(int64(tableBytes(2*len(t.buckets))+stashBytes(int(nextStashRoom(t)))))
 }
 
 // growFor doubles s for an insert that found no room while s had finished
@@ -190,11 +224,14 @@ func (s *Shard) beginGrowLocked() (bool, error) {
 	if t.k >= maxTableLog2 {
 		return false, ErrSaturated
 	}
-	if g := s.growth; g != nil && !g.reserve(int64(tableBytes(2*len(t.buckets)))) {
+	room := nextStashRoom(t)
+	if g := s.growth; g != nil && !g.reserve(int64(tableBytes(2*len(t.buckets))+stashBytes(int(room)))) {
 		g.refused.Add(1)
 		return false, errFullMaxBytes
 	}
+	nt := newTable(t.k + 1)
+	nt.stashRoom = room
 	// Nothing moves yet (the cursor is 0), so readers need no retry.
-	t.next.Store(newTable(t.k + 1))
+	t.next.Store(nt)
 	return true, nil
 }

@@ -38,7 +38,7 @@ func TestSetGrowthRefuses(t *testing.T) {
 	if err := s.SetGrowth(nil); err == nil {
 		t.Fatal("SetGrowth(nil) succeeded")
 	}
-	small := mustGrowth(t, DefaultGrowThreshold, int64(s.Stats().Bytes)-1)
+	small := mustGrowth(t, DefaultGrowThreshold, int64(s.ReservedBytes())-1)
 	if err := s.SetGrowth(small); !errors.Is(err, ErrFull) || small.UsedBytes() != 0 {
 		t.Fatalf("SetGrowth under a cap below the shard = %v (%d bytes reserved); want ErrFull and none", err, small.UsedBytes())
 	}
@@ -49,8 +49,8 @@ func TestSetGrowthRefuses(t *testing.T) {
 	if err := s.SetGrowth(g); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := g.UsedBytes(), int64(s.Stats().Bytes); got != want {
-		t.Fatalf("UsedBytes = %d after SetGrowth, want the shard's %d", got, want)
+	if got, want := g.UsedBytes(), int64(s.Stats().Bytes+stashBytes(StashSize)); got != want {
+		t.Fatalf("UsedBytes = %d after SetGrowth, want the shard's %d and room for its stash", got, want)
 	}
 	if err := s.SetGrowth(g); err == nil || !strings.Contains(err.Error(), "already") {
 		t.Fatalf("second SetGrowth = %v, want an error", err)
@@ -84,8 +84,8 @@ func TestInsertGrowsUnderPolicy(t *testing.T) {
 	if st.Doublings < 10 || st.Growing {
 		t.Fatalf("after 20,000 inserts into 2 buckets: %+v", st)
 	}
-	if got, want := g.UsedBytes(), int64(shardBytes+tableBytes(st.Buckets)+stashBytes(0)); got != want {
-		t.Fatalf("UsedBytes = %d, want the shard and its one table, %d", got, want)
+	if got, want := g.UsedBytes(), int64(s.ReservedBytes()); got != want || got < int64(shardBytes+tableBytes(st.Buckets)+stashBytes(StashSize)) {
+		t.Fatalf("UsedBytes = %d, want the shard and its one table with its stash room, %d", got, want)
 	}
 }
 
@@ -115,8 +115,8 @@ func TestInsertRefusedByCap(t *testing.T) {
 	if !errors.Is(err, ErrFull) || !strings.Contains(err.Error(), "memory cap") {
 		t.Fatalf("inserts past the cap ended with %v, want ErrFull naming the memory cap", err)
 	}
-	if g.Refused() == 0 || g.UsedBytes() > limit {
-		t.Fatalf("Refused = %d, UsedBytes = %d of %d", g.Refused(), g.UsedBytes(), limit)
+	if g.Refused() == 0 || g.UsedBytes() > limit || int64(s.Stats().Bytes) > g.UsedBytes() {
+		t.Fatalf("Refused = %d, UsedBytes = %d of %d, Stats().Bytes %d", g.Refused(), g.UsedBytes(), limit, s.Stats().Bytes)
 	}
 	if st := s.Stats(); st.LoadFactor < MinGrowLoad || st.Buckets > 1<<7 {
 		t.Fatalf("refused at %+v; want a full table, not past the cap", st)
@@ -124,6 +124,42 @@ func TestInsertRefusedByCap(t *testing.T) {
 	for _, it := range items {
 		if !s.Contains(it.f, it.v) {
 			t.Fatalf("false negative for %+v", it)
+		}
+	}
+}
+
+// TestStashWithinReservation fills shards under a cap of exactly what
+// SetGrowth reserves, and under caps a little above what each doubling
+// needs, until inserts fail: the memory Stats counts, stashes included,
+// never passes what the policy reserved, nor the cap. (SetGrowth reserved
+// Stats().Bytes, an empty stash: a full one then passed the cap by 56
+// bytes.)
+func TestStashWithinReservation(t *testing.T) {
+	r := rand.New(rand.NewPCG(testrand.Seed(t), 3))
+	for _, k := range []int{1, 2, 4, 6} {
+		for extra := range 4 {
+			s := mustNew(t, k)
+			limit := int64(ReserveFor(k)) + int64(extra)*int64(tableBytes(2<<k))/2
+			g := mustGrowth(t, DefaultGrowThreshold, limit)
+			if err := s.SetGrowth(g); err != nil {
+				t.Fatalf("k=%d: SetGrowth under a cap of ReserveFor: %v", k, err)
+			}
+			stashed := 0
+			for i := 0; i < 1<<14; i++ {
+				it := randomItem(r)
+				err := s.Insert(it.f, it.v)
+				st := s.Stats()
+				stashed = max(stashed, st.Stashed)
+				if int64(st.Bytes) > g.UsedBytes() || g.UsedBytes() > limit {
+					t.Fatalf("k=%d cap %d: after insert %d Stats().Bytes = %d, reserved %d (%+v)", k, limit, i, st.Bytes, g.UsedBytes(), st)
+				}
+				if errors.Is(err, ErrFull) {
+					break
+				}
+			}
+			if stashed == 0 {
+				t.Errorf("k=%d cap %d: the stash was never used; the test needs a full table", k, limit)
+			}
 		}
 	}
 }

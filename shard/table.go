@@ -108,6 +108,12 @@ type tableLookup struct {
 	// stashN is len(*stash), so that lookups skip the stash with one load
 	// when it is empty (almost always).
 	stashN atomic.Int32
+	// stashRoom is the number of stash entries whose memory the table's
+	// reservation from the shard's growth policy covers, at least
+	// StashSize: the stash grows under no lock of the policy's, so its
+	// room is reserved with the table (see reservedBytes). Set before the
+	// table is published; immutable.
+	stashRoom int32
 	// stash holds homeless slots packed as bucket<<laneBits | slot. A
 	// writer replaces the slice, never changes one that is published, so
 	// a lookup reads a consistent list; removing an entry moves nothing
@@ -130,10 +136,12 @@ func newTable(k uint8) *table {
 	return t
 }
 
-// newTableHeader returns a table of 2^k buckets without its buckets.
+// newTableHeader returns a table of 2^k buckets without its buckets, with
+// room for a stash of StashSize entries.
 func newTableHeader(k uint8) *table {
 	t := new(table)
 	t.k, t.sh, t.psh = k, 64-k, 56-k
+	t.stashRoom = StashSize
 	return t
 }
 
@@ -147,6 +155,15 @@ func (t *table) tnew() int {
 // and its bucket array, each rounded up to the allocator's size class.
 func tableBytes(n int) int {
 	return memsize.Of(int(unsafe.Sizeof(table{})), true) + memsize.Of(8*n, false)
+}
+
+// reservedBytes returns the memory that t holds under a growth policy's
+// cap: its header and buckets, and its stash as large as its room. What
+// Stats counts (the stash as it is now) never exceeds it: an eviction
+// stashes only below StashSize, and a doubling's new table gets room for
+// every entry that the old stash can leave it (see beginGrowLocked).
+func (t *table) reservedBytes() int64 {
+	return int64(tableBytes(len(t.buckets)) + stashBytes(int(t.stashRoom)))
 }
 
 // stashBytes returns the heap memory of a stash of n entries: the slice
