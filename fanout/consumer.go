@@ -79,7 +79,9 @@ func (f *Follower[K]) consume(ctx context.Context, subject string) (*consumer, e
 		drop()
 		return nil, &failure{failStream, fmt.Errorf("fanout: follower: consume %s: %w", subject, err)}
 	}
-	c := &consumer{msgs: make(chan jetstream.Msg), errs: make(chan error, 1)}
+	// Buffered: the consumer runs ahead of the session, one handoff per
+	// batch of messages rather than per message.
+	c := &consumer{msgs: make(chan jetstream.Msg, 256), errs: make(chan error, 1)}
 	gctx, gcancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() {
