@@ -162,7 +162,13 @@ func stashBytes(n int) int {
 // bucket index is a position shifted right by 64-k, so it is below
 // len(t.buckets) by construction.
 func (t *table) load(b uint64) uint64 {
-	return atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(t.buckets)), b*8)))
+	return atomic.LoadUint64((*uint64)(t.addr(b)))
+}
+
+// addr returns the address of bucket b of t, without a bounds check (see
+// load).
+func (t *table) addr(b uint64) unsafe.Pointer {
+	return unsafe.Add(unsafe.Pointer(unsafe.SliceData(t.buckets)), b*8)
 }
 
 // probes returns the two buckets of an item in t with the probe (see
