@@ -195,6 +195,6 @@ func (s *Shard) beginGrowLocked() (bool, error) {
 		return false, errFullMaxBytes
 	}
 	// Nothing moves yet (the cursor is 0), so readers need no retry.
-	t.next.Store(newTable(t.k + 1))
+	t.next.Store(s.newTableLocked(t.k + 1))
 	return true, nil
 }

@@ -104,6 +104,11 @@ type tableLookup struct {
 	// with one exact slot value, as cheaply as a fixed-width filter. A
 	// table made by a doubling holds shorter tails too. Immutable.
 	exact bool
+	// huge is set for a table whose memory was advised to be backed by
+	// huge pages (hugepages.go); the tables its doublings make are
+	// advised too. Read and written under Shard.mu only: lookups never
+	// read it.
+	huge bool
 
 	// stashN is len(*stash), so that lookups skip the stash with one load
 	// when it is empty (almost always).

@@ -1,0 +1,61 @@
+package shard
+
+// Huge pages. A table larger than what the CPU's TLB maps with 4 KiB pages
+// (a few thousand entries: 6–12 MiB) costs a lookup a page walk per
+// bucket besides the miss itself, and on a virtual machine a walk of two
+// page tables. Backed by 2 MiB pages, a table of hundreds of MiB fits in
+// the TLB. Linux backs memory with transparent huge pages where the
+// process asks for them (madvise(MADV_HUGEPAGE), the default mode of most
+// distributions) or everywhere (mode "always"); the Go heap does not ask.
+//
+// A table is an ordinary heap allocation, and the shards of a large guard
+// have many small tables (64 KiB each for 16M keys), so the advice covers
+// the 2 MiB-aligned range around a table: the neighbours in that range are
+// other heap memory, mostly the shard's siblings, allocated one after the
+// other. The cost is at most the two partial huge pages at the ends of
+// such a run, once; the heap's own accounting (Stats, the memory cap) is
+// unchanged.
+
+// HugePagesMin is the memory, in bytes, from which the shards under one
+// growth policy ([Growth.UsedBytes]) back the tables that their doublings
+// make with huge pages, where the platform has them: above the 6–12 MiB
+// that a TLB of 4 KiB pages maps. Package guard advises the tables of a
+// guard of this size or more when it makes it ([Shard.AdviseHugePages]).
+const HugePagesMin = 16 << 20
+
+// AdviseHugePages asks the operating system to back the shard's tables
+// with huge pages: the current one, and every table its doublings make.
+// Linux backs the memory not yet written with huge pages as it is written
+// (madvise MADV_HUGEPAGE); a shard that holds entries already (read from a
+// snapshot) has its tables moved into huge pages at once as well
+// (MADV_COLLAPSE, a copy: about 20 ms for 256 MiB), where an empty one
+// would pay for the copy of memory that it has not touched. It is a hint,
+// which a platform without transparent huge pages ignores; the shard's
+// answers do not depend on it. It takes the shard's mutex.
+func (s *Shard) AdviseHugePages() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	filled := s.copies.Load() > 0
+	t := s.tab.Load()
+	for _, tt := range [2]*table{t, t.next.Load()} {
+		if tt != nil && !tt.huge {
+			tt.huge = true
+			adviseHugePages(tt.buckets, filled)
+		}
+	}
+}
+
+// newTableLocked returns a table of 2^k buckets for the shard's next
+// doubling, advised to be backed by huge pages if the current one was or
+// the shard's growth policy holds HugePagesMin bytes or more. (Not
+// collapsed: a new table's memory is not filled yet, so it gets huge pages
+// as it is, and a collapse would hold the mutex for a copy.) The caller
+// holds s.mu.
+func (s *Shard) newTableLocked(k uint8) *table {
+	nt := newTable(k)
+	if s.tab.Load().huge || s.growth != nil && s.growth.UsedBytes() >= HugePagesMin {
+		nt.huge = true
+		adviseHugePages(nt.buckets, false)
+	}
+	return nt
+}
