@@ -59,8 +59,9 @@ type batchSet struct {
 	n       int
 	g       *guard.Guard
 	seq     []string
-	present []bool // whether seq[i] was added
-	thpMiB  float64
+	present []bool  // whether seq[i] was added
+	thpMiB  float64 // the process's AnonHugePages after the fill
+	rssMiB  float64 // the process's VmRSS after the fill, before the sequence
 }
 
 var (
@@ -108,7 +109,8 @@ func batchSetFor(b *testing.B, n int) *batchSet {
 			b.Fatal(err)
 		}
 	}
-	s := &batchSet{n: n, g: g, thpMiB: anonHugeMiB()}
+	debug.FreeOSMemory() // a collection, and the freed memory back to the OS: RSS is the guard's and the runtime's
+	s := &batchSet{n: n, g: g, thpMiB: procMiB("/proc/self/smaps_rollup", "AnonHugePages:"), rssMiB: procMiB("/proc/self/status", "VmRSS:")}
 	l := min(n, seqLen)
 	buf := make([]byte, l*KeySize)
 	s.seq, s.present = make([]string, l), make([]bool, l)
@@ -141,7 +143,9 @@ func batchSetFor(b *testing.B, n int) *batchSet {
 // batches of 1000 keys, and, at 1M and 16M, the static BinaryFuse16 filter
 // of FastFilter/xorfilter (built once from the present keys, one lookup
 // per key: the fastest static peer). thp-MiB is the process's memory in
-// transparent huge pages after the guard's fill (AnonHugePages, Linux).
+// transparent huge pages after the guard's fill (AnonHugePages, Linux),
+// rss-MiB its resident memory then (VmRSS: the guard and the runtime,
+// before the lookup sequence is made), for what huge pages cost in memory.
 func BenchmarkContainsMany(b *testing.B) {
 	const batch = 1000
 	for _, sz := range batchSizes {
@@ -155,6 +159,7 @@ func BenchmarkContainsMany(b *testing.B) {
 				b.ReportMetric(g.Stats().BitsPerItem, "bits/item")
 				if s.thpMiB >= 0 {
 					b.ReportMetric(s.thpMiB, "thp-MiB")
+					b.ReportMetric(s.rssMiB, "rss-MiB")
 				}
 			}
 			b.Run("hit=50%/filter=guard/batch=1", func(b *testing.B) {
@@ -267,7 +272,7 @@ func BenchmarkMemoryFloor(b *testing.B) {
 				// Fresh memory, so that the page size is the one asked for.
 				runtime.GC()
 				debug.FreeOSMemory()
-				before := anonHugeMiB()
+				before := procMiB("/proc/self/smaps_rollup", "AnonHugePages:")
 				lines := max(bytes/64, 2)
 				region := make([]uint64, lines*8)
 				if !adviseRegion(region, huge) && huge {
@@ -290,7 +295,7 @@ func BenchmarkMemoryFloor(b *testing.B) {
 				if huge {
 					collapseRegion(region)
 				}
-				thp := anonHugeMiB() - before
+				thp := procMiB("/proc/self/smaps_rollup", "AnonHugePages:") - before
 				b.Run("loads=dependent", func(b *testing.B) {
 					x := uint64(0)
 					for b.Loop() {
@@ -320,17 +325,17 @@ func BenchmarkMemoryFloor(b *testing.B) {
 	}
 }
 
-// anonHugeMiB returns the process's anonymous memory in transparent huge
-// pages, in MiB, or -1 where /proc/self/smaps_rollup does not say.
-func anonHugeMiB() float64 {
-	f, err := os.Open("/proc/self/smaps_rollup")
+// procMiB returns the figure in kB on the line of file (in /proc) that
+// starts with key, in MiB, or -1 where the file does not say.
+func procMiB(file, key string) float64 {
+	f, err := os.Open(file)
 	if err != nil {
 		return -1
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "AnonHugePages:"); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), key); ok {
 			kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
 			if err != nil {
 				return -1
