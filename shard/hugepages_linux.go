@@ -33,20 +33,27 @@ var hugePageSize = sync.OnceValue(func() uintptr {
 })
 
 // adviseHugePages advises the kernel to back the huge pages that overlap
-// b with huge pages (MADV_HUGEPAGE: the parts not yet touched get them as
-// they are first written) and, if collapse, to move the parts already
-// touched into huge pages now (MADV_COLLAPSE, Linux 6.1 and later: a copy
-// of the memory). Both are hints; errors are ignored.
+// b with huge pages (MADV_HUGEPAGE: the parts not resident get them as
+// they are first written) and, if collapse and b's memory is resident
+// already, to copy that range into huge pages now (MADV_COLLAPSE). Both
+// are hints; errors are ignored.
 func adviseHugePages(b []uint64, collapse bool) {
 	size := hugePageSize()
 	if size == 0 || len(b) == 0 {
 		return
 	}
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	beg := p &^ (size - 1)
-	end := (p + uintptr(len(b))*8 + size - 1) &^ (size - 1)
-	unix.Syscall(unix.SYS_MADVISE, beg, end-beg, unix.MADV_HUGEPAGE)
-	if collapse {
-		unix.Syscall(unix.SYS_MADVISE, beg, end-beg, unix.MADV_COLLAPSE)
+	hb, he := p&^(size-1), (p+uintptr(len(b))*8+size-1)&^(size-1)
+	unix.Syscall(unix.SYS_MADVISE, hb, he-hb, unix.MADV_HUGEPAGE)
+	if collapse && resident(p) {
+		unix.Syscall(unix.SYS_MADVISE, hb, he-hb, unix.MADV_COLLAPSE)
 	}
+}
+
+// resident reports whether the page that holds address p is in memory.
+func resident(p uintptr) bool {
+	var vec [1]byte
+	page := uintptr(os.Getpagesize())
+	_, _, errno := unix.Syscall(unix.SYS_MINCORE, p&^(page-1), 1, uintptr(unsafe.Pointer(&vec[0])))
+	return errno == 0 && vec[0]&1 != 0
 }

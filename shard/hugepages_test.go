@@ -1,6 +1,11 @@
 package shard
 
-import "testing"
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/cuckooguard/cuckooguard/internal/testrand"
+)
 
 // TestHugePagesFollowPolicy checks when a shard's tables are advised to be
 // backed by huge pages: the tables of a shard told to (AdviseHugePages) and
@@ -61,4 +66,34 @@ func TestHugePagesFollowPolicy(t *testing.T) {
 			t.Fatal("the doubling of an advised shard did not ask for huge pages")
 		}
 	})
+}
+
+// TestAdviseHugePagesKeepsEntries checks that the advice, a collapse of a
+// filled table's memory into huge pages included, loses no entry.
+func TestAdviseHugePagesKeepsEntries(t *testing.T) {
+	r := rand.New(rand.NewPCG(testrand.Seed(t), 11))
+	for _, grow := range []bool{false, true} {
+		s := mustNew(t, 16) // 512 KiB, whole pages
+		model := map[item]int{}
+		for s.LoadFactor() < 0.8 {
+			it := randomItem(r)
+			if err := s.Insert(it.f, it.v); err != nil {
+				t.Fatal(err)
+			}
+			model[it]++
+		}
+		if grow {
+			// Mid-doubling: both tables hold entries.
+			if ok, err := s.beginGrow(); !ok || err != nil {
+				t.Fatalf("beginGrow = %v, %v", ok, err)
+			}
+			s.GrowStep(len(s.tab.Load().buckets) / 2)
+		}
+		s.AdviseHugePages()
+		checkAll(t, s, model, "after AdviseHugePages")
+		for s.Growing() {
+			s.GrowStep(DefaultChunk)
+		}
+		checkAll(t, s, model, "after the doubling")
+	}
 }
