@@ -8,7 +8,7 @@ TEXT ·prefetch(SB), NOSPLIT, $0-16
 	JEQ done
 loop:
 	MOVQ (SI), AX
-	PREFETCHT0 (AX)
+	PREFETCHT1 (AX)
 	ADDQ $8, SI
 	DECQ CX
 	JNE loop

@@ -7,7 +7,7 @@ TEXT ·prefetch(SB), NOSPLIT, $0-16
 	CBZ R1, done
 loop:
 	MOVD.P 8(R0), R2
-	PRFM (R2), PLDL1KEEP
+	PRFM (R2), PLDL2KEEP
 	SUB $1, R1
 	CBNZ R1, loop
 done:
