@@ -143,6 +143,13 @@ func (g *Guard) start(c config, growth *shard.Growth) error {
 			return err
 		}
 	}
+	// A large guard's lookups miss the TLB: ask for huge pages (see
+	// shard.HugePagesMin; a smaller guard's doublings ask once it is large).
+	if growth.UsedBytes() >= shard.HugePagesMin {
+		for i := range g.shards {
+			g.shards[i].AdviseHugePages()
+		}
+	}
 	g.growth = growth
 	var ropts []resize.Option
 	if c.workersSet {

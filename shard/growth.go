@@ -229,7 +229,7 @@ func (s *Shard) beginGrowLocked() (bool, error) {
 		g.refused.Add(1)
 		return false, errFullMaxBytes
 	}
-	nt := newTable(t.k + 1)
+	nt := s.newTableLocked(t.k + 1)
 	nt.stashRoom = room
 	// Nothing moves yet (the cursor is 0), so readers need no retry.
 	t.next.Store(nt)

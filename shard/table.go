@@ -104,6 +104,11 @@ type tableLookup struct {
 	// with one exact slot value, as cheaply as a fixed-width filter. A
 	// table made by a doubling holds shorter tails too. Immutable.
 	exact bool
+	// huge is set for a table whose memory was advised to be backed by
+	// huge pages (hugepages.go); the tables its doublings make are
+	// advised too. Read and written under Shard.mu only: lookups never
+	// read it.
+	huge bool
 
 	// stashN is len(*stash), so that lookups skip the stash with one load
 	// when it is empty (almost always).
@@ -179,7 +184,13 @@ func stashBytes(n int) int {
 // bucket index is a position shifted right by 64-k, so it is below
 // len(t.buckets) by construction.
 func (t *table) load(b uint64) uint64 {
-	return atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(t.buckets)), b*8)))
+	return atomic.LoadUint64((*uint64)(t.addr(b)))
+}
+
+// addr returns the address of bucket b of t, without a bounds check (see
+// load).
+func (t *table) addr(b uint64) unsafe.Pointer {
+	return unsafe.Add(unsafe.Pointer(unsafe.SliceData(t.buckets)), b*8)
 }
 
 // probes returns the two buckets of an item in t with the probe (see

@@ -7,9 +7,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/FastFilter/xorfilter"
-	"github.com/zeebo/xxh3"
 )
 
 // sizes are the filter sizes compared; each n is a power of two, so that
@@ -389,103 +386,6 @@ func BenchmarkAddParallel(b *testing.B) {
 			b.Fatalf("%d adds refused", r)
 		}
 	})
-}
-
-// BenchmarkContainsMany measures lookups of many keys at once, per key,
-// one goroutine: the guard's ContainsMany over batches of 1024 keys,
-// against a loop of Contains on the same keys (batch=1), and the static
-// BinaryFuse16 filter of FastFilter/xorfilter (built once from the
-// present keys, single-key lookups: the fastest static peer). hit=0%
-// looks up absent keys, hit=100% present ones.
-func BenchmarkContainsMany(b *testing.B) {
-	const batch = 1024
-	for _, sz := range sizes {
-		if testing.Short() && sz.n > 1<<20 {
-			continue
-		}
-		n := sz.n
-		b.Run("n="+sz.name, func(b *testing.B) {
-			keys := keysFor(n)
-			g := prebuilt(b, Impls[0], n).f.(guardFilter).g
-			fuse := prebuiltFuse(b, n)
-			for _, hit := range []int{0, 100} {
-				set := keys.absent
-				if hit == 100 {
-					set = keys.present
-				}
-				all := make([][]byte, n)
-				for i := range all {
-					all[i] = set[i*KeySize : i*KeySize+KeySize : i*KeySize+KeySize]
-				}
-				b.Run(fmt.Sprintf("hit=%d%%/filter=guard/batch=1", hit), func(b *testing.B) {
-					found, i := 0, 0
-					for b.Loop() {
-						if g.Contains(all[i&(n-1)]) {
-							found++
-						}
-						i++
-					}
-					sink = found
-				})
-				b.Run(fmt.Sprintf("hit=%d%%/filter=guard/batch=%d", hit, batch), func(b *testing.B) {
-					out := make([]bool, batch)
-					found, done := 0, 0
-					b.ReportAllocs()
-					for done < b.N {
-						start := done & (n - 1) &^ (batch - 1)
-						m := min(batch, b.N-done)
-						g.ContainsMany(all[start:start+m], out)
-						for _, o := range out[:m] {
-							if o {
-								found++
-							}
-						}
-						done += m
-					}
-					sink = found
-					if hit == 100 && found != b.N {
-						b.Fatalf("%d false negatives", b.N-found)
-					}
-				})
-				b.Run(fmt.Sprintf("hit=%d%%/filter=binaryfuse16", hit), func(b *testing.B) {
-					found, i := 0, 0
-					for b.Loop() {
-						if fuse.Contains(xxh3.Hash(all[i&(n-1)])) {
-							found++
-						}
-						i++
-					}
-					sink = found
-				})
-			}
-		})
-	}
-}
-
-var (
-	fuseMu sync.Mutex
-	fuseBy = map[int]*xorfilter.BinaryFuse[uint16]{}
-)
-
-// prebuiltFuse returns the BinaryFuse16 filter of the n present keys, made
-// once per process.
-func prebuiltFuse(b *testing.B, n int) *xorfilter.BinaryFuse[uint16] {
-	fuseMu.Lock()
-	defer fuseMu.Unlock()
-	if f, ok := fuseBy[n]; ok {
-		return f
-	}
-	keys := keysFor(n)
-	hs := make([]uint64, n)
-	for i := range hs {
-		hs[i] = xxh3.Hash(keys.Present(i))
-	}
-	f, err := xorfilter.NewBinaryFuse[uint16](hs)
-	if err != nil {
-		b.Fatal(err)
-	}
-	fuseBy[n] = f
-	return f
 }
 
 // BenchmarkMixFloor is about the least that MixRing's writes can cost
