@@ -227,10 +227,12 @@ func (s *Source) stream(ctx context.Context, sender *pgx.Conn, rc *pgconn.PgConn
 		case err != nil && !pgconn.Timeout(err) && !errors.Is(err, context.DeadlineExceeded):
 			return failed(reasonFor(err, ReasonConnectionLost), fmt.Errorf("postgres: relay receive: %w", err))
 		case err == nil:
-			last = now
 			if err := s.handle(msg, dec, sink, &received); err != nil {
 				return err
 			}
+			// Time the handler took (publishing a big transaction) is
+			// not the connection's silence.
+			last = time.Now()
 		}
 		if err := vis.release(ctx, sink.deliver); err != nil {
 			return err
