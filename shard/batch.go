@@ -5,12 +5,12 @@ import "unsafe"
 // A lookup in a large table waits for memory twice, once per bucket, and a
 // loop of lookups overlaps only the few that fit in the CPU's reorder
 // window, which a load that misses holds until its line arrives. A batch
-// lookup runs as a pipeline over groups of BatchGroup items. When a group
-// is complete, it computes each item's buckets, probes and stripe version
-// and prefetches the buckets (prefetch_asm.go: the request retires at
-// once); then it finishes the group before, whose lines have arrived
-// meanwhile: loads, compares, validation. While the new group's lines
-// travel, the caller hashes and routes the keys of the next one.
+// lookup is a pipeline: each item's buckets, probes and stripe version are
+// computed when it is queued, its buckets are prefetched (prefetch_asm.go:
+// the request retires at once) in steps of batchStep items, and the item
+// is compared BatchGroup items later, when its lines have arrived: loads,
+// compares, validation. Meanwhile the caller hashes and routes the keys
+// that follow, so that the work overlaps the misses.
 //
 // Measured at 16M keys on a 2-vCPU Xeon (the README's batch paragraph has
 // the commands): one Contains per key 95 ns; the earlier batch, which
@@ -18,61 +18,75 @@ import "unsafe"
 // computing all items first, loading them in a tight loop, then comparing,
 // 50 ns as well; the compares without a branch on the hit (half the items
 // hit, so that branch is a coin toss, and a wrong guess throws away the
-// loads behind it), 43 ns; the pipeline with prefetches, 33 ns. At 100M
-// keys a batch costs about the sum of its work in cache (19 ns per key at
-// 1M) and two independent misses of the machine's floor (2 × 14–17 ns):
-// the misses overlap each other, and the work only in part.
+// loads behind it), 43 ns; the pipeline in groups of 16 (all 32 lines of a
+// group prefetched at once, the group before compared), 33 ns. On a later
+// day on that VM (one Contains 59–80 ns), old and new alternated in one
+// run: groups of 16 28.2 ns; prefetches in steps of 4 compared 24 items
+// later 24.5 ns (−13%; at 100M keys 40.0 → 35.5 ns, −11%). A burst of 32
+// prefetches outruns the CPU's dozen or so line fill buffers and stalls
+// the work behind it; steps of 4 spread them over the work. Steps of 2
+// cost more calls (26.4 ns), steps of 8 were no better than 16 (27.7);
+// distances 16, 32 and 48 were within 1 ns of 24 at 16M, 32 1 ns slower at
+// 100M; PREFETCHT0 instead of T1 0.7 ns faster at 16M, 1.9 ns slower at
+// 100M.
 //
 // The first bucket settles a lookup only when it holds the item: 78% of
 // present keys are in their first bucket (at 1M and 16M), so a half-present
 // batch could skip 39% of its second buckets, at the price of a second
-// round of misses for the others; an absent key needs both.
+// round of misses for the others; an absent key needs both. Built and
+// measured as a second stage (the second bucket prefetched after the first
+// missed, compared another BatchGroup items later): 16M 28.1 against
+// 25.9 ns, 100M 36.4 against 35.3 ns, so not kept. At 100M a batch costs
+// about two independent misses of the machine's floor (2 × 19.5 ns there).
 
-// BatchGroup is the number of items a [Batch] prefetches at once, and so
-// how far its prefetches run ahead of its compares: enough misses in
-// flight to use the memory system's parallelism, few enough that a burst
-// of prefetches does not wait for the CPU's line fill buffers (a dozen or
-// two), and a distance of a few hundred nanoseconds of work, past a
-// miss's latency. Measured on the 2-vCPU Xeon, ns per key in half-present
-// batches of 1000 (four runs each, alternated): 8 items 31.9 at 16M keys
-// and 45.2 at 100M, 16 items 32.3 and 45.0, 32 items 37.0 and 52.2, 64
-// items 34.8 and 50.7. 8 runs ahead by only about 250 ns.
-const BatchGroup = 16
+// BatchGroup is how many items a [Batch] runs ahead: an item's buckets
+// are prefetched when it is queued (in steps of batchStep items), and
+// compared BatchGroup items later, by which time its lines have arrived:
+// far enough ahead to cover a miss's latency with the work of the items
+// between, near enough that the lines are still in L2 when compared.
+const BatchGroup = 24
+
+// batchStep is how many items one call of prefetch requests: the call's
+// cost spread over a few items, the requests spread over the work.
+const batchStep = 4
+
+// batchRing is the number of items a Batch holds: those queued and not
+// yet answered, at most BatchGroup+batchStep. A power of two and a
+// multiple of batchStep.
+const batchRing = 32
 
 // Batch looks up many items with their cache misses overlapped: after
 // [Batch.Start], each [Batch.Add] queues one item, and the answers, those
 // of [Shard.Contains], land in the slice given to Start, in the order of
 // the Adds, by the time [Batch.Finish] returns (most of them before, as
-// the groups go through). It takes no lock and does not allocate.
+// the items go through). It takes no lock and does not allocate.
 //
-// A Batch is about 2.5 KiB, meant for one batch at a time on the caller's
+// A Batch is about 2.2 KiB, meant for one batch at a time on the caller's
 // stack. It is not safe for concurrent use.
 type Batch struct {
-	// Two groups of items, in a ring: the one being queued, and the one
-	// before, prepared and waiting to be finished.
-	queue [2 * BatchGroup]batchQuery
-	items [2 * BatchGroup]batchItem
+	// The items queued and not yet answered, in a ring: item j is at
+	// index j % batchRing.
+	items [batchRing]batchItem
+	// addrs are the buckets of the items queued since the last flush,
+	// to prefetch.
+	addrs [2 * batchStep]unsafe.Pointer
 
 	out      []bool // where the answers go
-	queued   int    // items queued since Start; item j is at ring index j % (2*BatchGroup)
-	prepared int    // items prepared: the groups before the one being queued
+	queued   int    // items queued since Start
+	prepared int    // items whose buckets were prefetched: a multiple of batchStep, or queued
 	answered int    // items finished
 }
 
-// batchQuery is one item as queued.
-type batchQuery struct {
-	s *Shard
-	v uint64
-	f uint8
-}
-
-// batchItem is what a batch lookup keeps of one item between preparing
-// and finishing it.
+// batchItem is what a batch lookup keeps of one item between queueing
+// and answering it.
 type batchItem struct {
+	s      *Shard // the item's shard
 	t      *table // the table read
-	b1, b2 uint64 // the item's buckets in t
+	v      uint64 // the item's position
+	b1, b2 uint64 // its buckets in t
 	p1, p2 uint64 // their probes
 	ver    uint64 // the stripe version of b1, read before the buckets
+	f      uint8  // the item's fingerprint
 }
 
 // Start begins a batch whose answers go to out: out[i] for the i-th Add.
@@ -85,23 +99,28 @@ func (b *Batch) Start(out []bool) {
 // whose answer goes to the next index of the slice given to Start. Past
 // its end, Add or Finish panics, as an index out of range would.
 func (b *Batch) Add(s *Shard, f uint8, v uint64) {
-	b.queue[b.queued&(2*BatchGroup-1)] = batchQuery{s, v, f}
-	if b.queued++; b.queued&(BatchGroup-1) == 0 {
+	j := uint(b.queued)
+	it := &b.items[j&(batchRing-1)]
+	t := s.tab.Load()
+	it.b1, it.p1, it.b2, it.p2 = t.probes(f, v, alt(f))
+	it.ver = s.vers[stripeOf(it.b1)].Load()
+	it.s, it.v, it.f, it.t = s, v, f, t
+	a := b.addrs[2*(j&(batchStep-1)):]
+	a[0], a[1] = t.addr(it.b1), t.addr(it.b2)
+	if b.queued++; b.queued&(batchStep-1) == 0 {
 		b.flush()
 	}
 }
 
-// flush prepares the group queued last, which is full or the last one,
-// then finishes the one before it.
+// flush prefetches the buckets of the items queued since the last flush
+// (a step, or the last ones), then finishes those that are BatchGroup
+// items behind.
 func (b *Batch) flush() {
 	_ = b.out[b.queued-1] // Add's panic, before any work
-	lo := b.prepared
-	b.prepare(lo, b.queued)
+	n := b.queued - b.prepared
+	prefetch(&b.addrs[0], 2*n)
 	b.prepared = b.queued
-	if b.answered < lo {
-		b.finish(b.answered, lo)
-		b.answered = lo
-	}
+	b.finishTo(b.prepared - BatchGroup)
 }
 
 // Finish answers every item queued and ends the batch.
@@ -109,41 +128,31 @@ func (b *Batch) Finish() {
 	if b.prepared < b.queued {
 		b.flush()
 	}
-	if b.answered < b.prepared {
-		b.finish(b.answered, b.prepared)
-		b.answered = b.prepared
+	b.finishTo(b.prepared)
+}
+
+// finishTo finishes the items up to hi, in runs that do not wrap around
+// the ring.
+func (b *Batch) finishTo(hi int) {
+	for b.answered < hi {
+		lo := b.answered
+		end := min(hi, lo+batchRing-lo&(batchRing-1))
+		b.finish(lo, end)
+		b.answered = end
 	}
 }
 
-// prepare computes the items [lo, hi) of one group and prefetches their
-// buckets. It reads what Contains reads before the buckets, in the same
-// order: the table, then the stripe version of the first bucket.
-func (b *Batch) prepare(lo, hi int) {
-	var addrs [2 * BatchGroup]unsafe.Pointer
-	r := uint(lo) % (2 * BatchGroup)
-	n := min(uint(hi-lo), BatchGroup)
-	queue, items := b.queue[r:r+n], b.items[r:r+n]
-	for i, q := range queue {
-		s, f, v, it := q.s, q.f, q.v, &items[i]
-		t := s.tab.Load()
-		it.b1, it.p1, it.b2, it.p2 = t.probes(f, v, alt(f))
-		it.ver = s.vers[stripeOf(it.b1)].Load()
-		it.t = t
-		addrs[2*i], addrs[2*i+1] = t.addr(it.b1), t.addr(it.b2)
-	}
-	prefetch(&addrs[0], int(2*n))
-}
-
-// finish looks up the prepared items [lo, hi) of one group into out[lo:hi],
-// as [Shard.Contains] does from its loads of the buckets on.
+// finish looks up the prefetched items [lo, hi), which do not wrap around
+// the ring, into out[lo:hi], as [Shard.Contains] does from its loads of
+// the buckets on.
 func (b *Batch) finish(lo, hi int) {
-	r := uint(lo) % (2 * BatchGroup)
-	n := min(uint(hi-lo), BatchGroup)
-	queue, items := b.queue[r:r+n], b.items[r:r+n]
+	r := uint(lo) & (batchRing - 1)
+	n := min(uint(hi-lo), batchRing-r)
+	items := b.items[r : r+n]
 	out := b.out[lo : lo+int(n)]
-	for i := range queue {
-		s, it := queue[i].s, &items[i]
-		t := it.t
+	for i := range items {
+		it := &items[i]
+		s, t := it.s, it.t
 		// The compare of Contains (see there, and matches).
 		w1, w2 := t.load(it.b1), t.load(it.b2)
 		var x1, x2 uint64
@@ -163,7 +172,7 @@ func (b *Batch) finish(lo, hi int) {
 		// batch of present and absent keys.
 		clean := t.stashN.Load() == 0 && t.next.Load() == nil && s.vers.stable(stripeOf(it.b1), it.ver)
 		if !clean && !hit {
-			out[i] = s.containsSlow(queue[i].f, queue[i].v)
+			out[i] = s.containsSlow(it.f, it.v)
 		}
 	}
 }
@@ -182,3 +191,6 @@ func ContainsMany(shards []*Shard, fs []uint8, vs []uint64, out []bool) {
 	}
 	b.Finish()
 }
+
+// The ring holds every item queued and not answered (a compile-time check).
+var _ [batchRing - BatchGroup - batchStep]struct{}

@@ -289,8 +289,7 @@ func TestContainsManyRetriesDuringMove(t *testing.T) {
 	var b Batch
 	out := []bool{false}
 	b.Start(out)
-	b.queue[0], b.queued = batchQuery{s, it.v, it.f}, 1
-	b.prepare(0, 1)
+	b.Add(s, it.f, it.v) // reads the table and the stripe, not the buckets
 
 	// The move begins: the stripes are odd and the entry has left its
 	// bucket, not yet reached the other.
@@ -300,7 +299,7 @@ func TestContainsManyRetriesDuringMove(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		b.finish(0, 1)
+		b.Finish()
 	}()
 	// Wait until the batch has read the buckets in the middle of the move
 	// and retried, or has answered without retrying.
