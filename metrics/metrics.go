@@ -26,8 +26,10 @@
 //	cuckooguard_guard_estimated_false_positive_ratio gauge   expected share of absent keys reported present
 //	cuckooguard_guard_memory_bytes                  gauge    memory of the guard and its tables
 //	cuckooguard_guard_memory_limit_bytes            gauge    the memory cap (WithMaxBytes); 0 for none
+//	cuckooguard_guard_memory_reserved_bytes         gauge    what the memory cap counts: memory with every stash full
 //	cuckooguard_guard_shards                        gauge    shards
 //	cuckooguard_guard_saturated_shards              gauge    shards that can no longer double
+//	cuckooguard_guard_degraded_shards               gauge    shards that refused an add (ErrFull) or were marked so
 //	cuckooguard_guard_adds_total                    counter  successful adds
 //	cuckooguard_guard_removes_total                 counter  successful removes
 //	cuckooguard_guard_add_errors_total{reason}      counter  refused adds: reason="full" or "too_many_copies"
@@ -46,6 +48,8 @@
 //	cuckooguard_loader_store_calls_total            counter  calls of the store's lookup, batch calls included
 //	cuckooguard_loader_store_batch_calls_total      counter  calls of the store's batch lookup
 //	cuckooguard_loader_pass_through_shards          gauge    shards passing lookups through until a rebuild
+//	cuckooguard_loader_unsettled_keys               gauge    keys of inserts whose outcome is unknown, kept (WithUnsettled)
+//	cuckooguard_loader_unsettled_overflows_total    counter  unknown outcomes beyond WithUnsettled's max
 //	cuckooguard_loader_rebuilding                   gauge    1 while a rebuild runs
 //	cuckooguard_loader_rebuilds_total{result}       counter  rebuilds: result="ok" (swapped in) or "error"
 //
@@ -160,6 +164,12 @@ func NewLoaderCollector(l LoaderStatser, opts ...Option) prometheus.Collector {
 		Add(collect.Metric{Subsystem: sub, Name: "pass_through_shards", Type: prometheus.GaugeValue,
 			Help: "Shards whose lookups pass through to the store until the next rebuild (a key they could not take)."},
 			func(s *guarded.Stats) float64 { return float64(s.PassThroughShards) }).
+		Add(collect.Metric{Subsystem: sub, Name: "unsettled_keys", Type: prometheus.GaugeValue,
+			Help: "Keys of inserts whose outcome is unknown, kept through rebuilds until settled (WithUnsettled)."},
+			func(s *guarded.Stats) float64 { return float64(s.Unsettled) }).
+		Add(collect.Metric{Subsystem: sub, Name: "unsettled_overflows_total", Type: prometheus.CounterValue,
+			Help: "Inserts of unknown outcome beyond WithUnsettled's max: the rebuilds after one pass lookups through for a while."},
+			func(s *guarded.Stats) float64 { return float64(s.UnsettledOverflows) }).
 		Add(collect.Metric{Subsystem: sub, Name: "rebuilding", Type: prometheus.GaugeValue,
 			Help: "1 while a rebuild runs."},
 			func(s *guarded.Stats) float64 { return collect.Bool(s.Rebuilding) }).
@@ -218,10 +228,14 @@ func addGuard[S any](c *collect.Collector[S], g func(*S) *guard.Stats) {
 		func(s *guard.Stats) float64 { return float64(s.Bytes) })
 	gauge("memory_limit_bytes", "The memory cap (WithMaxBytes); 0 for none.",
 		func(s *guard.Stats) float64 { return float64(s.MaxBytes) })
+	gauge("memory_reserved_bytes", "What the memory cap counts: the memory of the guard with every stash counted full.",
+		func(s *guard.Stats) float64 { return float64(s.ReservedBytes) })
 	gauge("shards", "Shards of the guard.",
 		func(s *guard.Stats) float64 { return float64(s.Shards) })
 	gauge("saturated_shards", "Shards whose table uses every position bit and can no longer double.",
 		func(s *guard.Stats) float64 { return float64(s.SaturatedShards) })
+	gauge("degraded_shards", "Shards that refused an add with ErrFull, or were marked so (Guard.MarkDegraded; snapshots keep the marks): a Loader passes their lookups through until a rebuild.",
+		func(s *guard.Stats) float64 { return float64(s.DegradedShards) })
 	counter("adds_total", "Successful adds.",
 		func(s *guard.Stats) float64 { return float64(s.Adds) })
 	counter("removes_total", "Successful removes.",

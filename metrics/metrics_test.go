@@ -42,6 +42,8 @@ func guardSamples(ns string, st guard.Stats) map[string]sample {
 		p + "estimated_false_positive_ratio":  gauge(st.EstimatedFPR),
 		p + "memory_bytes":                    gauge(float64(st.Bytes)),
 		p + "memory_limit_bytes":              gauge(float64(st.MaxBytes)),
+		p + "memory_reserved_bytes":           gauge(float64(st.ReservedBytes)),
+		p + "degraded_shards":                 gauge(float64(st.DegradedShards)),
 		p + "shards":                          gauge(float64(st.Shards)),
 		p + "saturated_shards":                gauge(float64(st.SaturatedShards)),
 		p + "adds_total":                      counter(float64(st.Adds)),
@@ -78,6 +80,7 @@ func newGuard(t *testing.T) *guard.Guard {
 		t.Fatalf("fifth copy: %v", err)
 	}
 	g.RemoveString("k1")
+	g.MarkDegraded(1)
 	settle(t, g)
 	return g
 }
@@ -102,8 +105,8 @@ func TestGuardCollector(t *testing.T) {
 	reg.MustRegister(metrics.NewGuardCollector(g))
 	got := metricstest.Gather(t, reg)
 	st := g.Stats()
-	if st.Doublings == 0 || st.DuplicatesRefused != 1 || st.Removes != 1 || st.MaxBytes != 64<<20 {
-		t.Fatalf("the guard did not double, refuse and remove: %+v", st)
+	if st.Doublings == 0 || st.DuplicatesRefused != 1 || st.Removes != 1 || st.MaxBytes != 64<<20 || st.DegradedShards != 1 || st.ReservedBytes <= st.Bytes {
+		t.Fatalf("the guard did not double, refuse, remove, keep stash room and mark a shard degraded: %+v", st)
 	}
 	metricstest.Compare(t, got, guardSamples("cuckooguard", st))
 	metricstest.Lint(t, reg)
@@ -125,7 +128,7 @@ func TestLoaderCollector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := guarded.New(g, guarded.GetterFunc[int, string](lookup), guarded.WithNegativeCache(1000, time.Hour))
+	l, err := guarded.New(g, guarded.GetterFunc[int, string](lookup), guarded.WithNegativeCache(1000, time.Hour), guarded.WithUnsettled(1, time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,12 +152,19 @@ func TestLoaderCollector(t *testing.T) {
 			l.Get(ctx, i)
 		}
 	}
+	// Two inserts whose outcome is unknown: one key kept, one beyond the
+	// max of 1.
+	for _, id := range []int{1_000_001, 1_000_003} {
+		if err := l.Insert(ctx, id, func(context.Context) error { return errors.New("connection reset") }); err == nil {
+			t.Fatal("an insert whose write failed succeeded")
+		}
+	}
 
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(metrics.NewLoaderCollector(l, metrics.WithNamespace("app"), metrics.WithConstLabels(prometheus.Labels{"table": "users"})))
 	got := metricstest.Gather(t, reg)
 	st := l.Stats()
-	if st.Avoided == 0 || st.LetThrough == 0 || st.PassedThrough != 1 || st.NegativeCacheHits == 0 || st.FalsePositives == 0 {
+	if st.Avoided == 0 || st.LetThrough == 0 || st.PassedThrough != 1 || st.NegativeCacheHits == 0 || st.FalsePositives == 0 || st.Unsettled != 1 || st.UnsettledOverflows != 1 {
 		t.Fatalf("want every kind of lookup: %+v", st)
 	}
 	want := guardSamples("app", st.Guard)
@@ -168,6 +178,8 @@ func TestLoaderCollector(t *testing.T) {
 		"app_loader_store_calls_total":                      counter(float64(st.StoreCalls)),
 		"app_loader_store_batch_calls_total":                counter(0),
 		"app_loader_pass_through_shards":                    gauge(0),
+		"app_loader_unsettled_keys":                         gauge(1),
+		"app_loader_unsettled_overflows_total":              counter(1),
 		"app_loader_rebuilding":                             gauge(0),
 		`app_loader_rebuilds_total{result="ok"}`:            counter(float64(st.Rebuilds)),
 		`app_loader_rebuilds_total{result="error"}`:         counter(float64(st.RebuildErrors)),
