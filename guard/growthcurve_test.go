@@ -17,10 +17,14 @@ import (
 // growth past its declared capacity: just after each wave of doublings
 // every shard sits at half the grow threshold, 32/0.9 = 35.6 bits per key
 // (see "Memory while growing" in the package documentation), plus the old
-// table of a shard being doubled (1/16 of the total with 8 shards: 2.2)
-// and the guard's fixed memory. A spike of overlapping doublings (every
-// shard holding two tables: about 53) fails the test.
-const maxGrowthBits = 40
+// tables of the shards being doubled, 1/16 of the total each with 8
+// shards (2.2): the one the background worker doubles (the test runs one,
+// WithGrowWorkers(1), whatever the machine's cores) and, when the worker
+// falls behind, one that an add doubles itself because its shard has no
+// room left (seen once at 40.3 bits per key in a CI run on a loaded
+// 2-vCPU VM), and the guard's fixed memory. A spike of overlapping
+// doublings (every shard holding two tables: about 53) fails the test.
+const maxGrowthBits = 42
 
 // TestGrowthCurveWorstSample grows a guard declared for 1,000 keys to
 // 600,000 (300,000 with -short), reads the live heap every 2,000 adds, and
@@ -37,7 +41,7 @@ func TestGrowthCurveWorstSample(t *testing.T) {
 	}
 	warmGrowth(t)
 	before := memsize.LiveHeap()
-	g := mustNew(t, WithCapacity(1000), WithSeed(1))
+	g := mustNew(t, WithCapacity(1000), WithSeed(1), WithGrowWorkers(1))
 	c := sampleGrowth(t, g, before, to, 2_000, 100_000, nil)
 	t.Logf("%d samples from 100,000 keys: worst heap %.1f bits/key at %d keys, Stats/heap %.3f–%.3f (%d samples skipped: a doubling moved on while the heap was read)",
 		c.samples, c.worst, c.worstAt, c.minRatio, c.maxRatio, c.skipped)
