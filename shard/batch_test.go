@@ -185,20 +185,8 @@ func TestContainsManyStress(t *testing.T) {
 	})
 	for c := range procs {
 		writers.Go(func() { // churns the full shard: every insert evicts
-			r := rand.New(rand.NewPCG(seed, uint64(c)+3000))
-			for range churnOps / procs {
-				it := randomItem(r)
-				switch err := full.Insert(it.f, it.v); {
-				case errors.Is(err, ErrFull):
-					continue
-				case err != nil:
-					errc <- err
-					return
-				}
-				if !full.Delete(it.f, it.v) {
-					errc <- errors.New("churner: Delete of an inserted item returned false")
-					return
-				}
+			if err := churn(full, rand.New(rand.NewPCG(seed, uint64(c)+3000)), churnOps/procs); err != nil {
+				errc <- err
 			}
 		})
 	}

@@ -194,20 +194,8 @@ func TestKickStress(t *testing.T) {
 	var checks atomic.Int64
 	for c := range procs {
 		churners.Go(func() {
-			r := rand.New(rand.NewPCG(seed, uint64(c)+3000))
-			for range churnOps / procs {
-				it := randomItem(r)
-				switch err := s.Insert(it.f, it.v); {
-				case errors.Is(err, ErrFull):
-					continue
-				case err != nil:
-					errc <- err
-					return
-				}
-				if !s.Delete(it.f, it.v) {
-					errc <- errors.New("churner: Delete of an inserted item returned false")
-					return
-				}
+			if err := churn(s, rand.New(rand.NewPCG(seed, uint64(c)+3000)), churnOps/procs); err != nil {
+				errc <- err
 			}
 		})
 		readers.Go(func() {
@@ -236,4 +224,24 @@ func TestKickStress(t *testing.T) {
 	}
 	st := s.Stats()
 	t.Logf("%d reader checks, %d read retries, load %.3f, %d stashed", checks.Load(), st.ReadRetries, st.LoadFactor, st.Stashed)
+}
+
+// churn inserts and deletes ops random items of r in s, one after the
+// other: in a full shard every insert evicts. An insert refused with
+// ErrFull is skipped; any other error, or a Delete that finds no item it
+// inserted, is returned.
+func churn(s *Shard, r *rand.Rand, ops int) error {
+	for range ops {
+		it := randomItem(r)
+		switch err := s.Insert(it.f, it.v); {
+		case errors.Is(err, ErrFull):
+			continue
+		case err != nil:
+			return err
+		}
+		if !s.Delete(it.f, it.v) {
+			return errors.New("churner: Delete of an inserted item returned false")
+		}
+	}
+	return nil
 }
