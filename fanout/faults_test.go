@@ -6,18 +6,15 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cuckooguard/cuckooguard/guarded"
-	"github.com/cuckooguard/cuckooguard/internal/tcpproxy"
 )
 
 // load is another process that commits a row of users every millisecond,
@@ -180,16 +177,7 @@ func TestBrokerFaults(t *testing.T) {
 	e.table(t, "users", 1000)
 	e.startRelay(t, "r_faults", "users")
 	// a reaches NATS through a proxy that can stop forwarding.
-	p, err := tcpproxy.Start(strings.TrimPrefix(os.Getenv("CUCKOOGUARD_NATS_URL"), "nats://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	nc, err := nats.Connect("nats://"+p.Addr(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	p, nc := natsViaProxy(t)
 	a := e.startNodeOn(t, nc, "a", "users")
 	l := startLoad(t, e, []*node{a}, 600*time.Millisecond)
 	js, err := jetstream.New(e.nc)

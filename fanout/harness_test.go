@@ -20,6 +20,7 @@ import (
 
 	"github.com/cuckooguard/cuckooguard/guard"
 	"github.com/cuckooguard/cuckooguard/guarded"
+	"github.com/cuckooguard/cuckooguard/internal/tcpproxy"
 	"github.com/cuckooguard/cuckooguard/postgres"
 )
 
@@ -343,3 +344,21 @@ func tablesOf(tables ...string) []postgres.SourceTable {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// natsViaProxy returns a NATS connection that reaches the test's server
+// through a proxy the test can stall or cut, reconnecting for ever every
+// 50 ms. Both are closed when the test ends.
+func natsViaProxy(t *testing.T) (*tcpproxy.Proxy, *nats.Conn) {
+	t.Helper()
+	p, err := tcpproxy.Start(strings.TrimPrefix(os.Getenv("CUCKOOGUARD_NATS_URL"), "nats://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	nc, err := nats.Connect("nats://"+p.Addr(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return p, nc
+}

@@ -5,17 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go"
 
 	"github.com/cuckooguard/cuckooguard/guard"
 	"github.com/cuckooguard/cuckooguard/guarded"
-	"github.com/cuckooguard/cuckooguard/internal/tcpproxy"
 	"github.com/cuckooguard/cuckooguard/postgres"
 )
 
@@ -391,16 +388,7 @@ func TestTwoRelaysOneTable(t *testing.T) {
 func TestRunReturnsPromptly(t *testing.T) {
 	e := newEnv(t)
 	e.table(t, "users", 10)
-	p, err := tcpproxy.Start(strings.TrimPrefix(os.Getenv("CUCKOOGUARD_NATS_URL"), "nats://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	nc, err := nats.Connect("nats://"+p.Addr(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	p, nc := natsViaProxy(t)
 	r, err := NewRelay(e.dsn, "r_prompt", nc, tablesOf("users"), append(e.opts, WithHeartbeat(50*time.Millisecond))...)
 	if err != nil {
 		t.Fatal(err)

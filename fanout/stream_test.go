@@ -8,10 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/cuckooguard/cuckooguard/internal/tcpproxy"
 )
 
 // The stream's faults: each writes through another client while a
@@ -115,16 +112,7 @@ func TestBrokerOutage(t *testing.T) {
 	e := newEnv(t)
 	e.table(t, "users", 500)
 	e.startRelay(t, "r_outage", "users")
-	p, err := tcpproxy.Start(strings.TrimPrefix(os.Getenv("CUCKOOGUARD_NATS_URL"), "nats://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	nc, err := nats.Connect("nats://"+p.Addr(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	p, nc := natsViaProxy(t)
 	a := e.startNodeOn(t, nc, "a", "users", WithHeartbeat(DefaultHeartbeat), WithMaxLag(DefaultMaxLag))
 	l := startLoad(t, e, []*node{a}, staleBound)
 	time.Sleep(time.Second)
@@ -214,16 +202,7 @@ func TestCutOffPastMaxAge(t *testing.T) {
 	e := newEnv(t)
 	e.table(t, "users", 500)
 	e.startRelayWith(t, "r_aged", tablesOf("users"), []Option{WithMaxAge(time.Second)})
-	p, err := tcpproxy.Start(strings.TrimPrefix(os.Getenv("CUCKOOGUARD_NATS_URL"), "nats://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	nc, err := nats.Connect("nats://"+p.Addr(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	p, nc := natsViaProxy(t)
 	a := e.startNodeOn(t, nc, "a", "users")
 	l := startLoad(t, e, []*node{a}, staleBound)
 	time.Sleep(300 * time.Millisecond)
