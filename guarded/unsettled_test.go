@@ -246,16 +246,7 @@ func TestUnclearInsertThenLateCommit(t *testing.T) {
 	})
 	t.Run("store call in flight", func(t *testing.T) {
 		s := newMemStore[int]()
-		entered, gate := make(chan struct{}), make(chan struct{})
-		var first atomic.Bool
-		lookup := func(ctx context.Context, key int) (string, error) {
-			v, err := s.lookup(ctx, key)
-			if first.CompareAndSwap(false, true) {
-				close(entered) // read before the commit
-				<-gate
-			}
-			return v, err
-		}
+		lookup, entered, gate := gateFirstRead(s)
 		l := newTestLoader(t, getter(lookup), []guard.Option{guard.WithCapacity(1000)})
 		l.MarkReady()
 		l.Insert(ctx, k, func(context.Context) error { return ErrMaybeWritten })

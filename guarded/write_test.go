@@ -157,16 +157,7 @@ func TestInsertPanicAfterCommit(t *testing.T) {
 		})
 		t.Run(w.name+"/store call in flight", func(t *testing.T) {
 			s := newMemStore[int]()
-			entered, gate := make(chan struct{}), make(chan struct{})
-			var first atomic.Bool
-			lookup := func(ctx context.Context, k int) (string, error) {
-				v, err := s.lookup(ctx, k)
-				if first.CompareAndSwap(false, true) {
-					close(entered) // read before the commit
-					<-gate
-				}
-				return v, err
-			}
+			lookup, entered, gate := gateFirstRead(s)
 			l := newTestLoader(t, getter(lookup), []guard.Option{guard.WithCapacity(1000)})
 			l.MarkReady()
 			id := w.ids[0]
@@ -219,4 +210,21 @@ func catch(f func()) (r any) {
 	defer func() { r = recover() }()
 	f()
 	return nil
+}
+
+// gateFirstRead returns a lookup in s whose first call reads, closes
+// entered and waits for gate to close before it returns: a store read
+// that began before a commit and answers after it.
+func gateFirstRead(s *memStore[int]) (lookup func(context.Context, int) (string, error), entered, gate chan struct{}) {
+	entered, gate = make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	lookup = func(ctx context.Context, k int) (string, error) {
+		v, err := s.lookup(ctx, k)
+		if first.CompareAndSwap(false, true) {
+			close(entered) // read before the commit
+			<-gate
+		}
+		return v, err
+	}
+	return lookup, entered, gate
 }
