@@ -136,13 +136,7 @@ func TestRelayFailover(t *testing.T) {
 		}
 		// Kill the relay's session: its lock's connection and its stream's.
 		killed := time.Now()
-		c, err := pgx.Connect(context.Background(), e.dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name IN ($1, $2)`,
-			"cuckooguard relay lock "+name, "cuckooguard relay stream "+name)
-		c.Close(context.Background())
+		e.killRelaySessions(t, name)
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 			if st := relays[0].Stats().Source.Commits + relays[1].Stats().Source.Commits; (relays[0].Leading() || relays[1].Leading()) && time.Since(killed) > 10*time.Millisecond && st > 0 {
 				break

@@ -362,3 +362,18 @@ func natsViaProxy(t *testing.T) (*tcpproxy.Proxy, *nats.Conn) {
 	t.Cleanup(nc.Close)
 	return p, nc
 }
+
+// killRelaySessions ends the database sessions of relay name, its lease's
+// and its stream's, as the death of its process would.
+func (e *env) killRelaySessions(t *testing.T, name string) {
+	t.Helper()
+	c, err := pgx.Connect(context.Background(), e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	if _, err := c.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name IN ($1, $2)`,
+		"cuckooguard relay lock "+name, "cuckooguard relay stream "+name); err != nil {
+		t.Fatal(err)
+	}
+}

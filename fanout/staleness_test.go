@@ -1,12 +1,9 @@
 package fanout
 
 import (
-	"context"
 	"os"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // TestStalenessWithDefaults runs replicas with the default heartbeat and
@@ -37,13 +34,7 @@ func TestStalenessWithDefaults(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 
 	// The relay's process dies: its sessions end.
-	c, err := pgx.Connect(context.Background(), e.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name IN ($1, $2)`,
-		"cuckooguard relay lock "+name, "cuckooguard relay stream "+name)
-	c.Close(context.Background())
+	e.killRelaySessions(t, name)
 	settle("relay killed")
 
 	// 200,000 rows into a table nobody follows: the walsender decodes
