@@ -259,14 +259,21 @@ func (e *env) newNode(t *testing.T, nc *nats.Conn, id, table string, opts ...Opt
 // the call.
 func (n *node) waitCurrent(t *testing.T) {
 	t.Helper()
+	waitCurrent(t, n.id, n.f, n.loader)
+}
+
+// waitCurrent waits until f follows, with every change committed before
+// the call, and its Loader l is ready; id names the node in the failure.
+func waitCurrent[K comparable, V any](t *testing.T, id string, f *Follower[K], l *guarded.Loader[K, V]) {
+	t.Helper()
 	since := time.Now()
 	for deadline := since.Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		st := n.f.Stats()
-		if st.State == postgres.Following && n.loader.Ready() && st.CurrentAsOf.After(since) {
+		st := f.Stats()
+		if st.State == postgres.Following && l.Ready() && st.CurrentAsOf.After(since) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s never followed with the changes before %v: %+v", n.id, since.Format(time.StampMilli), st)
+			t.Fatalf("%s never followed with the changes before %v: %+v", id, since.Format(time.StampMilli), st)
 		}
 	}
 }

@@ -127,16 +127,7 @@ func (e *env) startStrNode(t *testing.T, id, table string, save bool) *strNode {
 
 func (n *strNode) waitCurrent(t *testing.T) {
 	t.Helper()
-	since := time.Now()
-	for deadline := since.Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		st := n.f.Stats()
-		if st.State == postgres.Following && n.loader.Ready() && st.CurrentAsOf.After(since) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never followed with the changes before %v: %+v", since.Format(time.StampMilli), st)
-		}
-	}
+	waitCurrent(t, "the string-keyed node", n.f, n.loader)
 }
 
 // lookups checks every form of every group of table through n, as an
