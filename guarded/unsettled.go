@@ -82,12 +82,8 @@ func (u *unsettled) record(h uint64, now int64) {
 		}
 		if int(u.n.Load()) >= u.max {
 			u.overflows.Add(1)
-			for {
-				old := u.until.Load()
-				if old >= expires || u.until.CompareAndSwap(old, expires) {
-					return
-				}
-			}
+			u.passUntil(expires)
+			return
 		}
 	}
 	u.seq++
@@ -176,9 +172,17 @@ func (u *unsettled) rehash(now int64) {
 	})
 	u.keys.Clear()
 	u.n.Store(0)
-	for last > now {
+	if last > now {
+		u.passUntil(last)
+	}
+}
+
+// passUntil moves the end of the pass-through window (until) to t, if
+// that is later.
+func (u *unsettled) passUntil(t int64) {
+	for {
 		old := u.until.Load()
-		if old >= last || u.until.CompareAndSwap(old, last) {
+		if old >= t || u.until.CompareAndSwap(old, t) {
 			return
 		}
 	}
