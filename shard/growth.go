@@ -164,6 +164,12 @@ func nextStashRoom(t *table) int32 {
 	return max(StashSize, 2*t.stashN.Load())
 }
 
+// doublingBytes returns what a growth policy reserves for the table that
+// doubles t with a stash room of room entries: that table's reservedBytes.
+func doublingBytes(t *table, room int32) int64 {
+	return int64(tableBytes(2*len(t.buckets)) + stashBytes(int(room)))
+}
+
 // NeedsGrowth reports whether s has a growth policy, has reached its
 // threshold, is not doubling or saturated, and the memory cap has room for
 // its next table: whether [Shard.GrowStep] would begin a doubling now. It
@@ -175,7 +181,7 @@ func (s *Shard) NeedsGrowth() bool {
 		return false
 	}
 	t := s.tab.Load()
-	return t.next.Load() == nil && t.k < maxTableLog2 && g.fits(int64(tableBytes(2*len(t.buckets))+stashBytes(int(nextStashRoom(t)))))
+	return t.next.Load() == nil && t.k < maxTableLog2 && g.fits(doublingBytes(t, nextStashRoom(t)))
 }
 
 // growFor doubles s for an insert that found no room while s had finished
@@ -225,7 +231,7 @@ func (s *Shard) beginGrowLocked() (bool, error) {
 		return false, ErrSaturated
 	}
 	room := nextStashRoom(t)
-	if g := s.growth; g != nil && !g.reserve(int64(tableBytes(2*len(t.buckets))+stashBytes(int(room)))) {
+	if g := s.growth; g != nil && !g.reserve(doublingBytes(t, room)) {
 		g.refused.Add(1)
 		return false, errFullMaxBytes
 	}
