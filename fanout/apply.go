@@ -66,9 +66,8 @@ func (s *fsession[K]) handle(ctx context.Context, msg jetstream.Msg, now time.Ti
 	if err != nil {
 		return &failure{failStream, err}
 	}
-	if db := s.f.db.Token(); m.DB != db {
-		return &failure{failSetup, fmt.Errorf("fanout: follower: a message on %s comes from database %s; this follower's is %s (%s): refused",
-			msg.Subject(), m.DB, db, s.f.db)}
+	if err := s.f.foreign("a message", msg.Subject(), m.DB); err != nil {
+		return err
 	}
 	if s.f.pos.unread {
 		// The table's first message, a reset or a transaction: it and

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"time"
 
@@ -34,12 +33,7 @@ type consumer struct {
 // at the first one it holds). Otherwise the table is read.
 func (f *Follower[K]) consume(ctx context.Context, subject string) (*consumer, error) {
 	p := &f.pos
-	name := fmt.Sprintf("cg_%s_%x", strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' {
-			return r
-		}
-		return '_'
-	}, f.c.origin), rand.Uint64())
+	name := fmt.Sprintf("cg_%s_%x", Token(f.c.origin), rand.Uint64())
 	cctx, cancel := context.WithTimeout(ctx, f.c.deadline)
 	defer cancel()
 	cons, err := f.js.CreateConsumer(cctx, p.in.name, jetstream.ConsumerConfig{
@@ -63,7 +57,7 @@ func (f *Follower[K]) consume(ctx context.Context, subject string) (*consumer, e
 	switch {
 	case !instanceOf(si).same(p.in):
 		why = readStream
-	case p.seq+1 < si.State.FirstSeq, p.seq > si.State.LastSeq:
+	case !holdsAfter(si, p.seq):
 		why = readGap
 	}
 	if why != "" {

@@ -66,17 +66,14 @@ func (h *relayHandler) Start(ctx context.Context, st postgres.SourceStart) error
 	if err := h.fence(); err != nil {
 		return err
 	}
-	in, err := h.r.ensureStream(ctx)
+	s, err := h.r.ensureStream(ctx)
 	if err != nil {
 		if errors.Is(err, errStreamRefused) {
 			h.end(err) // Relay.Run returns it
 		}
 		return err
 	}
-	s, err := h.r.js.Stream(ctx, h.r.c.stream)
-	if err != nil {
-		return fmt.Errorf("fanout: relay: %w", err)
-	}
+	in := instanceOf(s.CachedInfo())
 	// The largest message, less room for its headers (the message id),
 	// which count towards the broker's limit too.
 	h.limit = int(h.r.nc.MaxPayload())

@@ -44,9 +44,8 @@ func (f *Follower[K]) place(ctx context.Context, in instance, rt route) (positio
 	if err != nil {
 		return p, false, &failure{failStream, err}
 	}
-	if m.DB != f.db.Token() {
-		return p, false, &failure{failSetup, fmt.Errorf("fanout: follower: the last message on %s comes from database %s; this follower's is %s (%s): refused",
-			subject, m.DB, f.db.Token(), f.db)}
+	if err := f.foreign("the last message", subject, m.DB); err != nil {
+		return p, false, err
 	}
 	p.seq, p.epoch, p.lsn, p.term = last.Sequence, m.Epoch, m.LSN, m.Term
 	return p, true, nil
@@ -106,4 +105,14 @@ func (f *Follower[K]) readAt(ctx context.Context, seq uint64, epoch string, lsn,
 	p := f.pos
 	p.seq, p.epoch, p.lsn, p.term = seq, epoch, lsn, max(p.term, term)
 	return f.read(ctx, conn, p)
+}
+
+// foreign returns the failure of what (a message, on subject) published
+// from database db, if that is not this follower's database, and nil if
+// it is.
+func (f *Follower[K]) foreign(what, subject, db string) error {
+	if want := f.db.Token(); db != want {
+		return &failure{failSetup, fmt.Errorf("fanout: follower: %s on %s comes from database %s; this follower's is %s (%s): refused", what, subject, db, want, f.db)}
+	}
+	return nil
 }

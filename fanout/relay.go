@@ -51,13 +51,12 @@ import (
 // Relay is safe for concurrent use by multiple goroutines; Run is called
 // once at a time.
 type Relay struct {
-	name   string
-	conf   *pgx.ConnConfig
-	tables []postgres.SourceTable
-	js     jetstream.JetStream
-	nc     *nats.Conn
-	c      config
-	src    *postgres.Source
+	name string
+	conf *pgx.ConnConfig
+	js   jetstream.JetStream
+	nc   *nats.Conn
+	c    config
+	src  *postgres.Source
 
 	leading atomic.Bool
 	term    atomic.Uint64 // of the lease held, or the last one
@@ -110,7 +109,7 @@ func NewRelay(dsn, name string, nc *nats.Conn, tables []postgres.SourceTable, op
 		return nil, fmt.Errorf("fanout: %w", err)
 	}
 	c.logger = c.logger.With(slog.Group("cuckooguard", slog.String("relay", name)))
-	return &Relay{name: name, conf: conf, tables: append([]postgres.SourceTable(nil), tables...), js: js, nc: nc, c: c, src: src}, nil
+	return &Relay{name: name, conf: conf, js: js, nc: nc, c: c, src: src}, nil
 }
 
 // Leading reports whether this process is the relay now.
@@ -232,7 +231,6 @@ func (r *Relay) campaign(ctx context.Context) (led bool, err error) {
 	defer r.leading.Store(false)
 	r.c.logger.LogAttrs(ctx, slog.LevelInfo, "cuckooguard: this process is the relay", slog.Uint64("term", l.term))
 	tctx, end := context.WithCancelCause(ctx)
-	defer end(nil)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer end(nil)

@@ -92,7 +92,6 @@ func (f *Follower[K]) session(ctx context.Context) (followed time.Duration, err 
 	defer cons.stop()
 	s := &fsession[K]{f: f, token: fmt.Sprintf("%x", rand.Uint64()), send: make(chan string, 2)}
 	sctx, endSend := context.WithCancelCause(ctx)
-	defer endSend(nil)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer endSend(nil)

@@ -55,7 +55,7 @@ func (f *Follower[K]) restore(ctx context.Context, in instance, rt route) error 
 	if err != nil {
 		return err
 	}
-	if m.seq+1 < si.State.FirstSeq || m.seq > si.State.LastSeq {
+	if !holdsAfter(si, m.seq) {
 		return fmt.Errorf("saved guard %s stands at sequence %d; the stream holds %d to %d", name, m.seq, si.State.FirstSeq, si.State.LastSeq)
 	}
 	r, err := obs.Get(ctx, name)

@@ -28,7 +28,8 @@ func split(m txMsg, limit int) []txMsg {
 	}
 	tagSize := func(t []byte) int { return (len(t)+2)/3*4 + 3 }
 	var parts []txMsg
-	cur := txMsg{Epoch: m.Epoch, Term: m.Term, DB: m.DB, LSN: m.LSN, Prev: m.Prev, Xid: m.Xid, Version: m.Version}
+	head := txMsg{Epoch: m.Epoch, Term: m.Term, DB: m.DB, LSN: m.LSN, Prev: m.Prev, Xid: m.Xid, Version: m.Version}
+	cur := head
 	n := 0
 	dropped := false
 	room := func(size int) bool {
@@ -38,7 +39,7 @@ func split(m txMsg, limit int) []txMsg {
 		}
 		if n+size > budget {
 			parts = append(parts, cur)
-			cur = txMsg{Epoch: m.Epoch, Term: m.Term, DB: m.DB, LSN: m.LSN, Prev: m.Prev, Xid: m.Xid, Version: m.Version}
+			cur = head
 			n = 0
 		}
 		n += size

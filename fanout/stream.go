@@ -31,10 +31,10 @@ func (c *config) streamConfig() jetstream.StreamConfig {
 
 // ensureStream makes the stream if it does not exist (a relay's first
 // start, or a stream an operator deleted or a broker lost with its
-// storage), and returns its instance. A stream whose configuration this
+// storage), and returns it. A stream whose configuration this
 // relay's would change (another relay's settings) is left as it is. A
 // configuration the broker refuses is an errStreamRefused.
-func (r *Relay) ensureStream(ctx context.Context) (instance, error) {
+func (r *Relay) ensureStream(ctx context.Context) (jetstream.Stream, error) {
 	want := r.c.streamConfig()
 	s, err := r.js.Stream(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -46,16 +46,23 @@ func (r *Relay) ensureStream(ctx context.Context) (instance, error) {
 	if err != nil {
 		var api *jetstream.APIError
 		if errors.As(err, &api) && refusal[api.ErrorCode] {
-			return instance{}, fmt.Errorf("%w: stream %s: %w", errStreamRefused, want.Name, err)
+			return nil, fmt.Errorf("%w: stream %s: %w", errStreamRefused, want.Name, err)
 		}
-		return instance{}, fmt.Errorf("fanout: relay: make stream %s: %w", want.Name, err)
+		return nil, fmt.Errorf("fanout: relay: make stream %s: %w", want.Name, err)
 	}
-	return instanceOf(s.CachedInfo()), nil
+	return s, nil
 }
 
 // instanceOf returns the instance of a stream described by si.
 func instanceOf(si *jetstream.StreamInfo) instance {
 	return instance{name: si.Config.Name, created: si.Created.Round(0)}
+}
+
+// holdsAfter reports whether the stream si describes holds every message
+// after sequence seq: none of them aged out or purged, and seq not past
+// its last (a sequence of a stream made again since).
+func holdsAfter(si *jetstream.StreamInfo, seq uint64) bool {
+	return seq+1 >= si.State.FirstSeq && seq <= si.State.LastSeq
 }
 
 // streamInfo returns the stream's info, fresh from the broker.

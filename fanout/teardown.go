@@ -48,12 +48,12 @@ func Teardown(ctx context.Context, conn postgres.Conn, nc *nats.Conn, relay stri
 	if err != nil {
 		return fmt.Errorf("fanout: teardown: %w", err)
 	}
-	stem := route{db: db, relay: Token(relay)}
-	if err := teardownStream(ctx, js, c.stream, c.prefix+"."+db.Token()+"."+stem.relay+"."); err != nil {
+	stem := route{db: db, relay: Token(relay)} // no table: the prefix of every table's names
+	if err := teardownStream(ctx, js, c.stream, stem.subject(c.prefix)); err != nil {
 		return err
 	}
 	if c.bucket != "" {
-		return teardownBucket(ctx, js, c.bucket, db.Token()+"."+stem.relay+".")
+		return teardownBucket(ctx, js, c.bucket, stem.object())
 	}
 	return nil
 }
