@@ -82,12 +82,8 @@ var outputPins = [...][2]string{{"DateStyle", "ISO, MDY"}, {"IntervalStyle", "po
 // pinned reports whether the startup parameters params set k (a DSN that
 // sets one keeps it, for the read and the stream alike).
 func pinned(params map[string]string, k string) bool {
-	for set := range params {
-		if strings.EqualFold(set, k) {
-			return true
-		}
-	}
-	return false
+	_, ok := param(params, k)
+	return ok
 }
 
 // pinOutput sets outputPins in the startup parameters of a replication

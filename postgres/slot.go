@@ -231,18 +231,11 @@ func Unpublish(ctx context.Context, conn Conn, table string, opts ...Option) err
 	prefix := slotPrefix(schema, rel)
 	// A walsender may hold its slot for a moment after its follower went
 	// away: end it, and wait until the slot is free.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		var active int
-		if err := conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(active_pid)) FROM pg_replication_slots
-			WHERE active AND starts_with(slot_name::text, $1)`, prefix).Scan(&active); err != nil {
-			return fmt.Errorf("postgres: unpublish: %w", err)
-		}
-		if active == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("postgres: unpublish: %d slots of %s.%s stay in use", active, schema, rel)
-		}
+	switch active, err := endWalsenders(ctx, conn, `starts_with(slot_name::text, $1)`, prefix); {
+	case err != nil:
+		return fmt.Errorf("postgres: unpublish: %w", err)
+	case active > 0:
+		return fmt.Errorf("postgres: unpublish: %d slots of %s.%s stay in use", active, schema, rel)
 	}
 	if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
 		WHERE starts_with(slot_name::text, $1)`, prefix); err != nil {
@@ -339,22 +332,28 @@ func DropRelaySlot(ctx context.Context, conn Conn, name string) error {
 // dropSlotNow ends the walsender that holds slot, if any, waits for it to
 // let go, and drops the slot.
 func dropSlotNow(ctx context.Context, conn Conn, slot string) error {
+	switch active, err := endWalsenders(ctx, conn, `slot_name = $1 AND database = current_database()`, slot); {
+	case err != nil:
+		return fmt.Errorf("postgres: drop slot %s: %w", slot, err)
+	case active > 0:
+		return fmt.Errorf("postgres: drop slot %s: it stays in use", slot)
+	}
+	return dropSlot(ctx, conn, slot)
+}
+
+// endWalsenders ends the walsenders that hold the slots where is true of
+// (a condition on pg_replication_slots, with arg as $1), and waits for
+// them to let go, for up to 10 s: a walsender may hold its slot for a
+// moment after its client went away. It returns how many stay active.
+func endWalsenders(ctx context.Context, conn Conn, where, arg string) (int, error) {
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		var active int
 		if err := conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(active_pid)) FROM pg_replication_slots
-			WHERE active AND slot_name = $1 AND database = current_database()`, slot).Scan(&active); err != nil {
-			return fmt.Errorf("postgres: drop slot %s: %w", slot, err)
+			WHERE active AND `+where, arg).Scan(&active); err != nil {
+			return 0, err
 		}
-		if active == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("postgres: drop slot %s: it stays in use", slot)
+		if active == 0 || time.Now().After(deadline) {
+			return active, nil
 		}
 	}
-	if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
-		WHERE slot_name = $1 AND database = current_database()`, slot); err != nil {
-		return fmt.Errorf("postgres: drop slot %s: %w", slot, err)
-	}
-	return nil
 }

@@ -191,9 +191,18 @@ func NewSource(dsn, name string, tables []SourceTable, opts ...Option) (*Source,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.deadline)
 	defer cancel()
-	for _, t := range tables {
-		if _, err := readRuleOf(ctx, conf, t.Table, t.Key, false); errors.Is(err, ErrKeyType) {
-			return nil, err
+	// Refuse a key type that cannot be followed now, if the database can
+	// be reached; if not, Run refuses it once it connects.
+	if conn, err := keyTypeConn(ctx, conf); err == nil {
+		defer conn.Close(context.WithoutCancel(ctx))
+		for _, t := range tables {
+			r, err := resolve(ctx, conn, t.Table)
+			if err != nil {
+				continue
+			}
+			if err := checkKeyType(ctx, conn, r, t.Key); errors.Is(err, ErrKeyType) {
+				return nil, err
+			}
 		}
 	}
 	return &Source{dial: dialer{conf: conf, who: "relay", origin: name, timeout: c.deadline},

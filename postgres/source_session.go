@@ -291,7 +291,7 @@ func (s *Source) handle(msg pgproto3.BackendMessage, dec *decoder, sink *sourceS
 			return failed(ReasonNotification, err)
 		}
 		*received = max(*received, k.ServerWALEnd)
-		if held, _ := sink.vis.holding(); !dec.open && !held {
+		if held := sink.vis.holding(); !dec.open && !held {
 			sink.free = max(sink.free, k.ServerWALEnd)
 		}
 	case pglogrepl.XLogDataByteID:

@@ -28,23 +28,21 @@ type sourceSink struct {
 }
 
 func (k *sourceSink) commit(t *txn) error {
-	touched := len(k.controls) > 0 || t.overflow
+	changed := t.overflow // a table's rows changed, or may have (spill)
 	for i := range t.tables {
-		touched = touched || t.tables[i].touched() || k.partial[i]
+		changed = changed || t.tables[i].touched() || k.partial[i]
 	}
-	if !touched {
-		if held, _ := k.vis.holding(); !held {
+	if !changed && len(k.controls) == 0 {
+		if held := k.vis.holding(); !held {
 			k.free = t.end // nothing of the tables: past it, nothing waits
 		}
 		k.controls = k.controls[:0]
 		return nil
 	}
 	k.c = SourceCommit{LSN: t.end, Xid: t.xid, Tables: k.c.Tables[:0], Tags: t.tags, Controls: k.controls}
-	changed := t.overflow
 	for i := range t.tables {
 		tt := &t.tables[i]
 		incomplete := k.partial[i] || t.overflow
-		changed = changed || tt.touched() || incomplete
 		k.c.Tables = append(k.c.Tables, SourceChanges{Creates: tt.creates, Deletes: tt.deletes, Truncated: tt.truncated, Incomplete: incomplete})
 		k.partial[i] = false
 	}

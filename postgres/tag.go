@@ -330,12 +330,26 @@ func (c *column) read() (*keyRule, error) {
 	defer cancel()
 	conf := c.conf.Copy()
 	conf.ConnectTimeout = c.timeout
-	return readRuleOf(ctx, conf, c.table, c.key, true)
+	return readRuleOf(ctx, conf, c.table, c.key)
 }
 
 // readRuleOf reads the forms of table's key column through a connection
-// of conf, or without forms only whether its type can be followed.
-func readRuleOf(ctx context.Context, conf *pgx.ConnConfig, table, key string, forms bool) (*keyRule, error) {
+// of conf.
+func readRuleOf(ctx context.Context, conf *pgx.ConnConfig, table, key string) (*keyRule, error) {
+	conn, err := keyTypeConn(ctx, conf)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	r, err := resolve(ctx, conn, table)
+	if err != nil {
+		return nil, err
+	}
+	return readKeyRule(ctx, conn, r, key, conn.Config().RuntimeParams, nil)
+}
+
+// keyTypeConn connects with conf to read key columns' types.
+func keyTypeConn(ctx context.Context, conf *pgx.ConnConfig) (*pgx.Conn, error) {
 	conf = conf.Copy()
 	conf.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol // through a pooler, as dialer.connect
 	if conf.RuntimeParams["application_name"] == "" {
@@ -345,13 +359,5 @@ func readRuleOf(ctx context.Context, conf *pgx.ConnConfig, table, key string, fo
 	if err != nil {
 		return nil, fmt.Errorf("postgres: read the key column's type: %w", err)
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	r, err := resolve(ctx, conn, table)
-	if err != nil {
-		return nil, err
-	}
-	if !forms {
-		return nil, checkKeyType(ctx, conn, r, key)
-	}
-	return readKeyRule(ctx, conn, r, key, conf.RuntimeParams, nil)
+	return conn, nil
 }

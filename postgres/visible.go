@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -111,12 +110,9 @@ func (v *visibility) pass(c *SourceCommit, changed bool, deliver func(*SourceCom
 	return nil
 }
 
-// holding reports whether commits are held, and the last one's LSN.
-func (v *visibility) holding() (bool, pglogrepl.LSN) {
-	if len(v.held) == 0 {
-		return false, 0
-	}
-	return true, v.held[len(v.held)-1].c.LSN
+// holding reports whether commits are held.
+func (v *visibility) holding() bool {
+	return len(v.held) > 0
 }
 
 // release takes the snapshots that came, delivers the held commits they
