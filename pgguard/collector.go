@@ -3,9 +3,7 @@ package pgguard
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cuckooguard/cuckooguard/metrics"
 	"github.com/cuckooguard/cuckooguard/metrics/fanoutmetrics"
-	"github.com/cuckooguard/cuckooguard/metrics/pgmetrics"
 )
 
 // Describe and Collect make the Service one prometheus.Collector of
@@ -34,14 +32,7 @@ func (s *Service) Collect(ch chan<- prometheus.Metric) {
 func (s *Service) collectors() []prometheus.Collector {
 	s.collectOnce.Do(func() {
 		for _, m := range s.members {
-			label := metrics.WithConstLabels(prometheus.Labels{"table": m.name})
-			s.parts = append(s.parts, metrics.NewLoaderCollector(m.loader.(metrics.LoaderStatser), label))
-			switch f := m.follower.(type) {
-			case pgmetrics.FollowerStatser:
-				s.parts = append(s.parts, pgmetrics.NewFollowerCollector(f, label))
-			case fanoutmetrics.FollowerStatser:
-				s.parts = append(s.parts, fanoutmetrics.NewFollowerCollector(f, label))
-			}
+			s.parts = append(s.parts, m.collectors...)
 		}
 		if s.relay != nil {
 			s.parts = append(s.parts, fanoutmetrics.NewRelayCollector(s.relay))

@@ -179,7 +179,7 @@ func (s *Service) postgresOpts() []postgres.Option {
 // and its follower following. While not, some lookups reach the store.
 func (s *Service) Ready() bool {
 	for _, m := range s.members {
-		if !m.ready() {
+		if ready, _ := m.state(); !ready {
 			return false
 		}
 	}
@@ -197,8 +197,8 @@ func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Unlock()
 	for _, m := range s.members {
-		if !m.ready() {
-			why = append(why, m.name+": "+m.why())
+		if ready, w := m.state(); !ready {
+			why = append(why, m.name+": "+w)
 		}
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -240,17 +240,10 @@ func estimate(ctx context.Context, pool *pgxpool.Pool, table string) (int, error
 		return 0, err
 	}
 	var rows float64
-	if err := pool.QueryRow(ctx, `SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = to_regclass($1)`, quoteName(name)).Scan(&rows); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = to_regclass($1)`, pgx.Identifier(strings.SplitN(name, ".", 2)).Sanitize()).Scan(&rows); err != nil {
 		return 0, fmt.Errorf("pgguard: the row estimate of %s: %w", table, err)
 	}
 	return max(int(rows*1.25), 1024), nil
-}
-
-// quoteName quotes "schema.table" for to_regclass.
-func quoteName(name string) string {
-	schema, rel, _ := strings.Cut(name, ".")
-	q := func(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
-	return q(schema) + "." + q(rel)
 }
 
 // newGuard returns a guard sized for capacity keys.

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cuckooguard/cuckooguard/fanout"
 	"github.com/cuckooguard/cuckooguard/postgres"
 )
 
@@ -145,18 +146,18 @@ func (r *replica) current(since time.Time) bool {
 }
 
 func (t *Table[K, V]) asOf() time.Time {
-	if t.relayed != nil {
-		return t.relayed.Stats().CurrentAsOf
+	if f, ok := t.f.(*fanout.Follower[K]); ok {
+		return f.Stats().CurrentAsOf
 	}
-	return t.direct.Stats().CurrentAsOf
+	return t.f.(*postgres.Follower[K]).Stats().CurrentAsOf
 }
 
 func (t *Table[K, V]) reads() map[string]int64 {
-	if t.relayed != nil {
-		return t.relayed.Stats().Reads
+	if f, ok := t.f.(*fanout.Follower[K]); ok {
+		return f.Stats().Reads
 	}
 	out := map[string]int64{}
-	for k, v := range t.direct.Stats().FullReads {
+	for k, v := range t.f.(*postgres.Follower[K]).Stats().FullReads {
 		out[string(k)] = v
 	}
 	return out

@@ -8,9 +8,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cuckooguard/cuckooguard/fanout"
 	"github.com/cuckooguard/cuckooguard/guarded"
+	"github.com/cuckooguard/cuckooguard/metrics"
+	"github.com/cuckooguard/cuckooguard/metrics/fanoutmetrics"
+	"github.com/cuckooguard/cuckooguard/metrics/pgmetrics"
 	"github.com/cuckooguard/cuckooguard/postgres"
 )
 
@@ -42,9 +46,15 @@ type Table[K comparable, V any] struct {
 	// Options are more options of the table's Loader.
 	Options []guarded.Option
 
-	loader  *guarded.Loader[K, V]
-	direct  *postgres.Follower[K]
-	relayed *fanout.Follower[K]
+	loader *guarded.Loader[K, V]
+	f      keyer[K] // the table's follower: a *postgres.Follower or a *fanout.Follower
+}
+
+// keyer is what Table passes on to its follower, direct or relayed.
+type keyer[K comparable] interface {
+	Key(text string) (K, error)
+	Tag(ctx context.Context, tx pgx.Tx, keys ...K) error
+	TagQuery(keys ...K) (string, []any, error)
 }
 
 // Loader returns the table's Loader, once [Start] made it (nil before).
@@ -54,39 +64,30 @@ func (t *Table[K, V]) Loader() *guarded.Loader[K, V] { return t.loader }
 // a text whose key cannot be told (send that lookup to the store). Use it
 // on what clients send (middleware.Parse(from, table.Key)).
 func (t *Table[K, V]) Key(text string) (K, error) {
-	switch {
-	case t.direct != nil:
-		return t.direct.Key(text)
-	case t.relayed != nil:
-		return t.relayed.Key(text)
+	if t.f == nil {
+		var zero K
+		return zero, errors.New("pgguard: Table.Key before Start")
 	}
-	var zero K
-	return zero, errors.New("pgguard: Table.Key before Start")
+	return t.f.Key(text)
 }
 
 // Tag names, in transaction tx, the keys it creates through the table's
 // Loader (Loader().Insert, InsertGenerated): the followers skip exactly
 // those inserts, which the Loader added before the write.
 func (t *Table[K, V]) Tag(ctx context.Context, tx pgx.Tx, keys ...K) error {
-	switch {
-	case t.direct != nil:
-		return t.direct.Tag(ctx, tx, keys...)
-	case t.relayed != nil:
-		return t.relayed.Tag(ctx, tx, keys...)
+	if t.f == nil {
+		return errors.New("pgguard: Table.Tag before Start")
 	}
-	return errors.New("pgguard: Table.Tag before Start")
+	return t.f.Tag(ctx, tx, keys...)
 }
 
 // TagQuery returns the statement of Tag for keys, with its arguments, for
 // drivers other than pgx.
 func (t *Table[K, V]) TagQuery(keys ...K) (string, []any, error) {
-	switch {
-	case t.direct != nil:
-		return t.direct.TagQuery(keys...)
-	case t.relayed != nil:
-		return t.relayed.TagQuery(keys...)
+	if t.f == nil {
+		return "", nil, errors.New("pgguard: Table.TagQuery before Start")
 	}
-	return "", nil, errors.New("pgguard: Table.TagQuery before Start")
+	return t.f.TagQuery(keys...)
 }
 
 // Guarded is a table that [Start] can guard: a *[Table].
@@ -106,15 +107,13 @@ func (t *Table[K, V]) table() tableSpec {
 }
 
 // member is a table of a running Service: its Loader's and follower's
-// state, and how to run and stop it.
+// state, their collectors, and how to run and stop it.
 type member struct {
-	name     string
-	ready    func() bool
-	why      func() string // why it is not ready
-	run      func(context.Context) error
-	close    func() error
-	loader   any // its *guarded.Loader, for the collector
-	follower any // its *postgres.Follower or *fanout.Follower
+	name       string
+	state      func() (ready bool, why string) // why: why it is not ready
+	run        func(context.Context) error
+	close      func() error
+	collectors []prometheus.Collector // the Loader's and the follower's, labelled with the table
 }
 
 // setup makes the table's Loader and follower.
@@ -149,33 +148,34 @@ func (t *Table[K, V]) setup(ctx context.Context, s *Service) (*member, error) {
 		g.Close()
 		return nil, fmt.Errorf("pgguard: table %s: %w", t.Name, err)
 	}
-	m := &member{name: t.Name, loader: l, close: l.Close}
+	label := metrics.WithConstLabels(prometheus.Labels{"table": t.Name})
+	m := &member{name: t.Name, close: l.Close, collectors: []prometheus.Collector{metrics.NewLoaderCollector(l, label)}}
 	if s.cfg.NATS != nil {
 		f, err := fanout.NewFollower(l, s.cfg.NATS, s.dsn, t.Name, t.Column, parse, s.fanoutOpts()...)
 		if err != nil {
 			l.Close()
 			return nil, err
 		}
-		t.relayed, m.follower, m.run = f, f, f.Run
-		m.why = func() string { return fanoutWhy(f.Stats()) }
+		t.f, m.run = f, f.Run
+		m.collectors = append(m.collectors, fanoutmetrics.NewFollowerCollector(f, label))
+		m.state = func() (bool, string) {
+			st := f.Stats()
+			return l.Ready() && st.State == postgres.Following, fanoutWhy(st)
+		}
 	} else {
 		f, err := postgres.NewFollower(l, s.dsn, t.Name, t.Column, parse, s.postgresOpts()...)
 		if err != nil {
 			l.Close()
 			return nil, err
 		}
-		t.direct, m.follower, m.run = f, f, f.Run
-		m.why = func() string { return directWhy(f.Stats()) }
-	}
-	t.loader = l
-	m.ready = func() bool {
-		switch {
-		case t.direct != nil:
-			return l.Ready() && t.direct.Stats().State == postgres.Following
-		default:
-			return l.Ready() && t.relayed.Stats().State == postgres.Following
+		t.f, m.run = f, f.Run
+		m.collectors = append(m.collectors, pgmetrics.NewFollowerCollector(f, label))
+		m.state = func() (bool, string) {
+			st := f.Stats()
+			return l.Ready() && st.State == postgres.Following, directWhy(st)
 		}
 	}
+	t.loader = l
 	return m, nil
 }
 
