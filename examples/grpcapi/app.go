@@ -148,11 +148,10 @@ func (a *app) follow(ctx context.Context, cfg config) error {
 		return fmt.Errorf("prepare the users table: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	var schema string
-	if err := conn.QueryRow(ctx, `SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = 'users'::regclass`).Scan(&schema); err != nil {
+	table, err := postgres.Resolve(ctx, conn, "users") // "schema.users"
+	if err != nil {
 		return fmt.Errorf("prepare the users table: find it: %w", err)
 	}
-	table := schema + ".users"
 	if err := postgres.Publish(ctx, conn, table, "id"); err != nil {
 		return err
 	}
