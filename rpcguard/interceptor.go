@@ -191,13 +191,14 @@ func (ic *Interceptor[K]) screen(m *method[K], req any) (reject, check bool) {
 // as an observed false positive.
 func (ic *Interceptor[K]) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		reject, check := ic.screen(ic.methods[info.FullMethod], req)
+		m := ic.methods[info.FullMethod]
+		reject, check := ic.screen(m, req)
 		if reject {
 			return nil, ic.grpcErr
 		}
 		resp, err := handler(ctx, req)
 		if check && err != nil && status.Code(err) == codes.NotFound {
-			ic.methods[info.FullMethod].falsePos.Inc()
+			m.falsePos.Inc()
 		}
 		return resp, err
 	}
@@ -220,44 +221,77 @@ func (ic *Interceptor[K]) Stream() grpc.StreamServerInterceptor {
 			ic.unfiltered.Inc()
 			return handler(srv, ss)
 		}
-		first := m.in.New().Interface()
-		if err := ss.RecvMsg(first); err != nil {
-			m.missingKey.Inc()
-			return handler(srv, &replayStream{ServerStream: ss, err: err})
-		}
-		reject, check := ic.screen(m, first)
-		if reject {
-			return ic.grpcErr
-		}
-		err := handler(srv, &replayStream{ServerStream: ss, first: first})
-		if check && err != nil && status.Code(err) == codes.NotFound {
-			m.falsePos.Inc()
-		}
-		return err
+		return ic.screenFirst(m, ss.RecvMsg, func() error { return ic.grpcErr },
+			func(r replay) error {
+				r.internal = grpcInternal
+				return handler(srv, &replayStream{ServerStream: ss, replay: r})
+			},
+			func(err error) bool { return status.Code(err) == codes.NotFound })
 	}
 }
 
-// replayStream gives the handler's first RecvMsg the message, or the
+// screenFirst screens a stream of method m by its first message, received
+// with recv: if the key is absent it returns rejected() and does not call
+// handler; otherwise it calls handler with the replay of what it received
+// (the message, or recv's error), and counts an error of the handler that
+// notFound recognizes as a false positive.
+func (ic *Interceptor[K]) screenFirst(m *method[K], recv func(any) error, rejected func() error, handler func(replay) error, notFound func(error) bool) error {
+	first := m.in.New().Interface()
+	if err := recv(first); err != nil {
+		m.missingKey.Inc()
+		return handler(replay{err: err})
+	}
+	reject, check := ic.screen(m, first)
+	if reject {
+		return rejected()
+	}
+	err := handler(replay{first: first})
+	if check && err != nil && notFound(err) {
+		m.falsePos.Inc()
+	}
+	return err
+}
+
+// replay gives a stream handler's first receive the message, or the
 // error, that the interceptor received.
-type replayStream struct {
-	grpc.ServerStream
+type replay struct {
 	first    proto.Message
 	err      error
 	replayed bool
+	internal func(error) error // the transport's Internal error of a message the handler cannot receive into
+}
+
+// take answers the first receive into m, and reports whether it did:
+// after that, the stream's own receive answers.
+func (r *replay) take(m any) (bool, error) {
+	if r.replayed {
+		return false, nil
+	}
+	r.replayed = true
+	if r.err != nil {
+		return true, r.err
+	}
+	if err := copyInto(m, r.first); err != nil {
+		return true, r.internal(err)
+	}
+	return true, nil
+}
+
+func grpcInternal(err error) error { return status.Error(codes.Internal, err.Error()) }
+
+func connectInternal(err error) error { return connect.NewError(connect.CodeInternal, err) }
+
+// replayStream is a gRPC stream whose first RecvMsg is a replay.
+type replayStream struct {
+	grpc.ServerStream
+	replay
 }
 
 func (s *replayStream) RecvMsg(m any) error {
-	if s.replayed {
-		return s.ServerStream.RecvMsg(m)
+	if ok, err := s.take(m); ok {
+		return err
 	}
-	s.replayed = true
-	if s.err != nil {
-		return s.err
-	}
-	if err := copyInto(m, s.first); err != nil {
-		return status.Error(codes.Internal, err.Error())
-	}
-	return nil
+	return s.ServerStream.RecvMsg(m)
 }
 
 // copyInto makes dst, the message a handler receives into, a copy of src.
@@ -280,13 +314,14 @@ func (ic *Interceptor[K]) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if spec.IsClient {
 			return next(ctx, req)
 		}
-		reject, check := ic.screen(ic.methods[spec.Procedure], req.Any())
+		m := ic.methods[spec.Procedure]
+		reject, check := ic.screen(m, req.Any())
 		if reject {
 			return nil, ic.connectErr()
 		}
 		resp, err := next(ctx, req)
 		if check && err != nil && connect.CodeOf(err) == connect.CodeNotFound {
-			ic.methods[spec.Procedure].falsePos.Inc()
+			m.falsePos.Inc()
 		}
 		return resp, err
 	}
@@ -309,44 +344,26 @@ func (ic *Interceptor[K]) WrapStreamingHandler(next connect.StreamingHandlerFunc
 			ic.unfiltered.Inc()
 			return next(ctx, conn)
 		}
-		first := m.in.New().Interface()
-		if err := conn.Receive(first); err != nil {
-			m.missingKey.Inc()
-			return next(ctx, &replayConn{StreamingHandlerConn: conn, err: err})
-		}
-		reject, check := ic.screen(m, first)
-		if reject {
-			return ic.connectErr()
-		}
-		err := next(ctx, &replayConn{StreamingHandlerConn: conn, first: first})
-		if check && err != nil && connect.CodeOf(err) == connect.CodeNotFound {
-			m.falsePos.Inc()
-		}
-		return err
+		return ic.screenFirst(m, conn.Receive, ic.connectErr,
+			func(r replay) error {
+				r.internal = connectInternal
+				return next(ctx, &replayConn{StreamingHandlerConn: conn, replay: r})
+			},
+			func(err error) bool { return connect.CodeOf(err) == connect.CodeNotFound })
 	}
 }
 
-// replayConn gives the handler's first Receive the message, or the error,
-// that the interceptor received.
+// replayConn is a Connect stream whose first Receive is a replay.
 type replayConn struct {
 	connect.StreamingHandlerConn
-	first    proto.Message
-	err      error
-	replayed bool
+	replay
 }
 
 func (c *replayConn) Receive(m any) error {
-	if c.replayed {
-		return c.StreamingHandlerConn.Receive(m)
+	if ok, err := c.take(m); ok {
+		return err
 	}
-	c.replayed = true
-	if c.err != nil {
-		return c.err
-	}
-	if err := copyInto(m, c.first); err != nil {
-		return connect.NewError(connect.CodeInternal, err)
-	}
-	return nil
+	return c.StreamingHandlerConn.Receive(m)
 }
 
 // isNil reports whether v is nil or holds a nil pointer, func, map or
