@@ -197,11 +197,12 @@ func dropSlot(ctx context.Context, conn Conn, name string) error {
 	return nil
 }
 
-// noteSlot records in reg (cuckooguard_slots) that a follower uses slot
-// name now.
+// noteSlot records in reg (cuckooguard_slots) that a follower (or a
+// relay) uses slot name now, for table (a relay's: its tables of reg's
+// schema, comma-separated, which change as they are published).
 func noteSlot(ctx context.Context, conn Conn, reg, name, table, origin string) error {
 	q := fmt.Sprintf(`INSERT INTO %s (slot_name, table_name, origin, last_seen) VALUES ($1, $2, $3, now())
-		ON CONFLICT (slot_name) DO UPDATE SET last_seen = now()`, reg)
+		ON CONFLICT (slot_name) DO UPDATE SET table_name = EXCLUDED.table_name, last_seen = now()`, reg)
 	if _, err := conn.Exec(ctx, q, name, table, origin); err != nil {
 		return fmt.Errorf("postgres: note slot %s in %s: %w", name, reg, err)
 	}

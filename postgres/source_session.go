@@ -364,9 +364,7 @@ func (s *Source) noteSlot(ctx context.Context, c *pgx.Conn, rels []relation) {
 		bySchema[r.schema] = append(bySchema[r.schema], r.String())
 	}
 	for schema, tables := range bySchema {
-		q := fmt.Sprintf(`INSERT INTO %s (slot_name, table_name, origin, last_seen) VALUES ($1, $2, $3, now())
-			ON CONFLICT (slot_name) DO UPDATE SET table_name = EXCLUDED.table_name, last_seen = now()`, s.registry.registryIn(schema))
-		if _, err := c.Exec(ctx, q, s.slot, strings.Join(tables, ","), s.name); err != nil && !s.noteSaid {
+		if err := noteSlot(ctx, c, s.registry.registryIn(schema), s.slot, strings.Join(tables, ","), s.name); err != nil && !s.noteSaid {
 			s.noteSaid = true
 			s.log.LogAttrs(ctx, slog.LevelInfo, "cuckooguard: relay cannot note its slot's use in cuckooguard_slots; DropStaleSlots will not find it stale",
 				slog.String("slot", s.slot), slog.Any("error", err))
