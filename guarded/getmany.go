@@ -30,7 +30,7 @@ func (l *Loader[K, V]) GetMany(ctx context.Context, keys []K) (vals []V, errs []
 		return vals, errs
 	}
 	gen := l.negGen.Load() // before the guard: see readyView
-	ready, v := l.readyView()
+	until, v := l.readyView()
 	hs := make([]uint64, len(keys))
 	for i, k := range keys {
 		hs[i] = l.codec.hash(v.g, k)
@@ -39,8 +39,10 @@ func (l *Loader[K, V]) GetMany(ctx context.Context, keys []K) (vals []V, errs []
 		l.recheck(v)
 	}
 	maybe := make([]bool, len(keys))
+	ready := until != notReady
 	if ready {
 		v.g.ContainsManyHashes(hs, maybe)
+		ready = l.ready.holds(until) // one reading of the clock, after the guard's (lease.go)
 	}
 	// The keys the store must answer, first occurrence of each; the
 	// others copy its answer at the end.

@@ -232,7 +232,7 @@ func (l *Loader[K, V]) Delete(ctx context.Context, key K, write func(ctx context
 	l.writeMu.RLock()
 	defer l.writeMu.RUnlock()
 	cur := l.cur.Load()
-	remove := l.ready.Load() && l.feed.Load() == nil
+	remove := l.ready.load() != notReady && l.feed.Load() == nil
 	existed, err := write(ctx)
 	if err != nil || !existed {
 		return err
