@@ -64,7 +64,7 @@
 //		return err
 //	}
 //	go h.Run(ctx)
-//	healthpb.RegisterHealthServer(srv, hs)
+//	healthpb.RegisterHealthServer(srv, h.Server(hs)) // Check asks users at the call
 //
 // and for Connect:
 //
