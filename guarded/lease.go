@@ -48,16 +48,3 @@ func (r *readiness) set(ready bool) {
 func (r *readiness) lease(t time.Time) {
 	r.until.Store(max(int64(t.Sub(r.born)), 1))
 }
-
-// remaining returns how long the lease has left at now: forever without
-// a lease, 0 when not ready or lapsed.
-func (r *readiness) remaining() time.Duration {
-	switch u := r.load(); u {
-	case forever:
-		return time.Duration(forever)
-	case notReady:
-		return 0
-	default:
-		return max(time.Duration(u-int64(time.Since(r.born))), 0)
-	}
-}
