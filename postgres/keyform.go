@@ -568,12 +568,24 @@ func appendPadded(b []byte, v, width int) []byte {
 // output in the postgres IntervalStyle, and integer amounts of
 // microseconds to years ("90 minutes"); it refuses fractional amounts
 // ("1.5 days"), which the server spreads over the smaller units, "ago",
-// and the other IntervalStyles.
+// and the other IntervalStyles. It also refuses a text whose value
+// depends on the reading session's IntervalStyle: a first field with a
+// minus and a later one without a sign ("-1 days 02:00:00" is -22 hours
+// to a session in the postgres style, -26 to one in sql_standard, which
+// a role or database may set for the service's own queries); the
+// server's output, and the form, sign every field after a negative one.
 func canonInterval(s string) (string, error) {
 	bad := func(why string) (string, error) { return "", formErr("interval", s, why) }
 	f := strings.Fields(trimPGSpace(s))
 	if len(f) == 0 || len(f) > 32 {
 		return bad("want amounts and units")
+	}
+	if strings.HasPrefix(f[0], "-") {
+		for i := 2; i < len(f); i++ {
+			if (strings.Contains(f[i], ":") || i%2 == 0) && f[i][0] != '-' && f[i][0] != '+' {
+				return bad("a field without a sign after a negative one: its sign depends on the session's IntervalStyle; sign every field")
+			}
+		}
 	}
 	const day = 86_400_000_000
 	years, months, days, us := new(big.Int), new(big.Int), new(big.Int), new(big.Int)

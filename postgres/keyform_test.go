@@ -621,6 +621,8 @@ func TestKeyFormsWithoutServer(t *testing.T) {
 		{"interval hours", canonInterval, "36:00:00", "1 days 12:00:00"},
 		{"interval negative", canonInterval, "-1 days +02:00:00", "-22:00:00"},
 		{"interval fraction", canonInterval, "1.5 days", ""},
+		{"interval sign of the session", canonInterval, "-1 days 02:00:00", ""},
+		{"interval signed fields", canonInterval, "-1 days -02:00:00", "-1 days -02:00:00"},
 		{"inet host /32", canonInet(false), "10.0.0.1/32", "10.0.0.1"},
 		{"inet v6 case", canonInet(false), "FE80::1", "fe80::1"},
 		{"inet leading zero", canonInet(false), "010.0.0.1", ""},
