@@ -8,8 +8,6 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/cuckooguard/cuckooguard/guard"
-	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/rpcguard"
 	"github.com/cuckooguard/cuckooguard/rpcguard/internal/testpb"
 )
@@ -20,20 +18,7 @@ import (
 // any case: the handler runs for every spelling of a stored name, and an
 // absent name gets the guard's NotFound.
 func TestFieldThroughKeyRule(t *testing.T) {
-	g, err := guard.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := guarded.New(g, guarded.GetterFunc[string, string](func(context.Context, string) (string, error) { return "row", nil }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	feed, err := l.AttachFeed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer feed.Detach()
+	l, feed := fedLoader(t, func(context.Context, string) (string, error) { return "row", nil })
 	feed.SetKeyRule(func(k string) (string, error) { return strings.ToLower(k), nil })
 	if err := feed.Resync(context.Background(), func(ctx context.Context, add func(string) error) error { return add("ada@example.com") }); err != nil {
 		t.Fatal(err)
