@@ -568,24 +568,14 @@ func appendPadded(b []byte, v, width int) []byte {
 // output in the postgres IntervalStyle, and integer amounts of
 // microseconds to years ("90 minutes"); it refuses fractional amounts
 // ("1.5 days"), which the server spreads over the smaller units, "ago",
-// and the other IntervalStyles. It also refuses a text whose value
-// depends on the reading session's IntervalStyle: a first field with a
-// minus and a later one without a sign ("-1 days 02:00:00" is -22 hours
-// to a session in the postgres style, -26 to one in sql_standard, which
-// a role or database may set for the service's own queries); the
-// server's output, and the form, sign every field after a negative one.
+// and the other IntervalStyles. It reads the server's output (printed in
+// the postgres style, see outputPins); a caller's key goes through
+// keyInterval.
 func canonInterval(s string) (string, error) {
 	bad := func(why string) (string, error) { return "", formErr("interval", s, why) }
 	f := strings.Fields(trimPGSpace(s))
 	if len(f) == 0 || len(f) > 32 {
 		return bad("want amounts and units")
-	}
-	if strings.HasPrefix(f[0], "-") {
-		for i := 2; i < len(f); i++ {
-			if (strings.Contains(f[i], ":") || i%2 == 0) && f[i][0] != '-' && f[i][0] != '+' {
-				return bad("a field without a sign after a negative one: its sign depends on the session's IntervalStyle; sign every field")
-			}
-		}
 	}
 	const day = 86_400_000_000
 	years, months, days, us := new(big.Int), new(big.Int), new(big.Int), new(big.Int)
@@ -664,6 +654,28 @@ func canonInterval(s string) (string, error) {
 	span.Mul(span, big.NewInt(day))
 	span.Add(span, us)
 	return formatSpan(span), nil
+}
+
+// keyInterval is canonInterval for a key as a caller gives it, which
+// also refuses a text whose value depends on the reading session's
+// IntervalStyle. A session in sql_standard (a role or database may set it
+// for the service's own queries) makes a leading minus apply to every
+// field when no other field carries a sign ("-1 days 02:00:00" is -26
+// hours there, -22 in the postgres style the follower reads in); a text
+// with a later signed field reads the same in both, as the server's own
+// output ("-1 days +02:00:00") and the form ("-1 days -02:00:00") do.
+func keyInterval(s string) (string, error) {
+	f := strings.Fields(trimPGSpace(s))
+	if len(f) > 2 && strings.HasPrefix(f[0], "-") {
+		signed := false
+		for _, x := range f[1:] {
+			signed = signed || x[0] == '-' || x[0] == '+'
+		}
+		if !signed {
+			return "", formErr("interval", s, "a leading minus and no other sign: the session's IntervalStyle decides whether it applies to every field; sign every field")
+		}
+	}
+	return canonInterval(s)
 }
 
 // formatSpan writes an interval of span microseconds in the one text

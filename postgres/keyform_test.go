@@ -621,8 +621,9 @@ func TestKeyFormsWithoutServer(t *testing.T) {
 		{"interval hours", canonInterval, "36:00:00", "1 days 12:00:00"},
 		{"interval negative", canonInterval, "-1 days +02:00:00", "-22:00:00"},
 		{"interval fraction", canonInterval, "1.5 days", ""},
-		{"interval sign of the session", canonInterval, "-1 days 02:00:00", ""},
-		{"interval signed fields", canonInterval, "-1 days -02:00:00", "-1 days -02:00:00"},
+		{"interval sign of the session", keyInterval, "-1 days 02:00:00", ""},
+		{"interval signed fields", keyInterval, "-1 days -02:00:00", "-1 days -02:00:00"},
+		{"interval server output", canonInterval, "-5 years -10 mons +602 days 00:00:40", "-1497 days -23:59:20"},
 		{"inet host /32", canonInet(false), "10.0.0.1/32", "10.0.0.1"},
 		{"inet v6 case", canonInet(false), "FE80::1", "fe80::1"},
 		{"inet leading zero", canonInet(false), "010.0.0.1", ""},
@@ -667,7 +668,7 @@ func FuzzKeyForms(f *testing.F) {
 	}
 	forms := map[string]func(string) (string, error){
 		"int": canonInt(64), "bpchar": canonBpchar, "citext": lower.canon, "numeric": canonNumeric, "float8": canonFloat(64), "float4": canonFloat(32),
-		"timestamptz": canonTime(kindTimestamptz), "timestamp": canonTime(kindTimestamp), "date": canonTime(kindDate), "interval": canonInterval,
+		"timestamptz": canonTime(kindTimestamptz), "timestamp": canonTime(kindTimestamp), "date": canonTime(kindDate), "interval": canonInterval, "intervalKey": keyInterval,
 		"inet": canonInet(false), "cidr": canonInet(true), "inetServer": inetFromServer, "bytea": canonBytea, "uuid": canonUUID,
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -235,7 +235,7 @@ func keyRuleFor(c keyColumn, params map[string]string, lower *lowerMap) (*keyRul
 		if err := setting("IntervalStyle", func(v string) bool { return strings.EqualFold(strings.TrimSpace(v), "postgres") }); err != nil {
 			return nil, err
 		}
-		return both(canonInterval), nil
+		return &keyRule{canon: keyInterval, server: canonInterval}, nil
 	case "inet":
 		return &keyRule{canon: canonInet(false), server: inetFromServer}, nil
 	case "cidr":
