@@ -72,7 +72,20 @@ func (s *Source) session(ctx context.Context, h SourceHandler) (streamed time.Du
 	s.state.Store(int32(Following))
 	began := time.Now()
 	err = s.stream(ctx, sender, rc, h, rels, versions, rules, start.LSN, vis)
+	s.remake = remakeSlot(err)
 	return time.Since(began), err
+}
+
+// remakeSlot reports whether a session's stream failed because its
+// walsender found no publication of a name that checkSetup found just
+// before: the publication was dropped and made again after the slot's
+// position, and the walsender, which reads the catalog as of the changes
+// it decodes, never finds it there. The slot cannot go past that point;
+// the next session makes it anew (a reset: the followers read the tables
+// again).
+func remakeSlot(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42704" && strings.Contains(pgErr.Message, "publication")
 }
 
 // checkSetup checks what logical decoding needs and each table's
@@ -156,7 +169,11 @@ func (s *Source) startPoint(ctx context.Context, sender *pgx.Conn, rc *pgconn.Pg
 	if st.active {
 		return start, failed(ReasonSlot, fmt.Errorf("postgres: relay: slot %s is in use by another connection (pid %d): does another relay have the name?", s.slot, st.activePID))
 	}
-	if st.exists && st.walStatus != "lost" {
+	if s.remake && st.exists {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "cuckooguard: relay's slot cannot decode past a publication that was dropped and made again; it makes the slot anew, and its followers read the tables again",
+			slog.String("slot", s.slot))
+	}
+	if st.exists && st.walStatus != "lost" && !s.remake {
 		start.LSN = st.confirmed
 		s.Confirm(start.LSN)
 		return start, nil
