@@ -56,9 +56,9 @@ type Source struct {
 	lastStream uint32        // the walsender of the last session; Run's goroutine only
 	// remake: the last session's walsender could not find a publication
 	// that exists now (see remakeSlot); Run's goroutine only.
-	remake bool
-	rules      []*keyRule    // the tables' key forms, as the last session read them; Run's goroutine only
-	state      atomic.Int32  // Following while a session streams, else PassThrough
+	remake     bool
+	rules      []*keyRule   // the tables' key forms, as the last session read them; Run's goroutine only
+	state      atomic.Int32 // Following while a session streams, else PassThrough
 	sessions   atomic.Int64
 	failures   atomic.Int64
 	commits    atomic.Int64
