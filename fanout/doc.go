@@ -61,8 +61,10 @@
 // followers take that reset whatever its term, read the table again and
 // follow the new relay's terms. A restore that the database outgrew
 // before its relay looked (more transactions and WAL since the restore
-// than were lost) is not recognised: its followers pass lookups through
-// until they restart. A new replica starts from the newest guard saved in the
+// than were lost) is not recognised: the followers fence the new relay
+// and pass lookups through (no wrong 404s, and no following) until a relay
+// takes its lease with a transaction id above the lost terms. A new
+// replica starts from the newest guard saved in the
 // JetStream object store with the place in the stream it reflects
 // ([WithSnapshots]), and reads nothing from the table.
 //
