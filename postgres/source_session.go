@@ -175,7 +175,7 @@ func (s *Source) startPoint(ctx context.Context, sender *pgx.Conn, rc *pgconn.Pg
 	}
 	if st.exists && st.walStatus != "lost" && !s.remake {
 		start.LSN = st.confirmed
-		s.Confirm(start.LSN)
+		s.startAt(start.LSN)
 		return start, nil
 	}
 	var other string
@@ -198,9 +198,17 @@ func (s *Source) startPoint(ctx context.Context, sender *pgx.Conn, rc *pgconn.Pg
 		return start, failed(ReasonSlot, err)
 	}
 	start.Reset = true
-	s.Confirm(start.LSN)
+	s.startAt(start.LSN)
 	return start, nil
 }
+
+// startAt sets what the handler confirmed to lsn, where a session's stream
+// starts: what an earlier session's handler confirmed may be past it, and
+// past the server's WAL, if the database was restored to an earlier point
+// since. Confirmed to the server, such a position would move the slot past
+// commits that no handler saw (the server takes a confirmed position as
+// it comes), and the next session would start after them.
+func (s *Source) startAt(lsn pglogrepl.LSN) { s.acked.Store(uint64(lsn)) }
 
 // stream passes on the session's stream until it fails or ctx ends.
 func (s *Source) stream(ctx context.Context, sender *pgx.Conn, rc *pgconn.PgConn, h SourceHandler, rels []relation, versions []string, rules []*keyRule, from pglogrepl.LSN, vis *visibility) error {
