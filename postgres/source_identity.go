@@ -104,13 +104,16 @@ func identityExpr(q, p int) string {
 type ControlEmitter struct {
 	table string // "schema.table"
 	query string
-	ident string // the table's quoted, schema-qualified name
+	ident string // the table's name as the follower was given it, quoted as SQL takes it
 	pub   string // the name of its publication
 }
 
 // NewControlEmitter resolves table through conn (its search_path), as
 // [Resolve] does, and returns an emitter of control messages for it:
-// [ControlEmitter.Table] is the table as Resolve names it.
+// [ControlEmitter.Table] is the table as Resolve names it. Each message
+// resolves table again as the application would, through the search_path
+// of the connection it is sent on: a table of the name made in a schema
+// before the table's on the search_path is another table too.
 func NewControlEmitter(ctx context.Context, conn Conn, table string) (*ControlEmitter, error) {
 	if ctx == nil || noConn(conn) {
 		return nil, errors.New("postgres: NewControlEmitter needs a context and a connection")
@@ -119,7 +122,7 @@ func NewControlEmitter(ctx context.Context, conn Conn, table string) (*ControlEm
 	if err != nil {
 		return nil, err
 	}
-	return &ControlEmitter{table: r.String(), ident: r.ident(), pub: publicationName(r.schema, r.name),
+	return &ControlEmitter{table: r.String(), ident: sanitizeTable(table), pub: publicationName(r.schema, r.name),
 		query: `SELECT pg_logical_emit_message(true, $1, $2 || '` + identitySep + `' || ` + identityExpr(3, 4) + `)`}, nil
 }
 

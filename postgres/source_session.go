@@ -370,7 +370,7 @@ func (s *Source) beat(ctx context.Context, c *pgx.Conn, rels []relation, token s
 	args := []any{ControlPrefix(token), strconv.FormatInt(seq, 10), int64(pid)}
 	parts := make([]string, len(rels))
 	for i, r := range rels {
-		args = append(args, publicationName(r.schema, r.name), r.oid, r.ident())
+		args = append(args, publicationName(r.schema, r.name), r.oid, sanitizeTable(s.tables[i].Table)) // the name as given: resolved as the application does
 		v := strings.NewReplacer("$1", fmt.Sprintf("$%d", len(args)-2), "$2", fmt.Sprintf("$%d", len(args)-1)).Replace(publicationVersion)
 		parts[i] = fmt.Sprintf("coalesce(to_regclass($%d)::oid::text, '-') || ' ' || coalesce(%s, '-')", len(args), v)
 	}
