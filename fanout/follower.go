@@ -269,6 +269,9 @@ func (f *Follower[K]) Run(ctx context.Context) error {
 	}
 	f.feed = feed
 	defer feed.Detach()
+	if rule := f.tags.KeyRule(); rule != nil {
+		feed.SetKeyRule(rule) // a caller's key in any text the database reads as it
+	}
 	f.unconfirmed.CompareAndSwap(0, time.Now().UnixNano())
 	f.pending = readStart
 	f.started = time.Now()

@@ -57,6 +57,7 @@ type feedTarget[K comparable] interface {
 	detach(f *Feed[K])
 	MarkReady()
 	readyUntil(t time.Time)
+	setKeyRule(canon func(K) (K, error))
 	Invalidate()
 	Guard() *guard.Guard
 }
@@ -158,6 +159,26 @@ func (f *Feed[K]) ReadyUntil(t time.Time) {
 func (f *Feed[K]) Invalidate() {
 	if !f.detached.Load() {
 		f.l.Invalidate()
+	}
+}
+
+// SetKeyRule installs the store's rule for the text of its keys in the
+// Loader: canon returns the one form in which the store's keys reach the
+// guard (the stream's, the read's), for a key in any text the store
+// reads as that key (a citext column's "Alice@Example.com" is
+// "alice@example.com"), or an error for a text it cannot judge. From then
+// on every entry of the Loader applies it: [Loader.Get], [Loader.GetMany]
+// and [Loader.MayContain] (and so the middleware and rpcguard) look up
+// the key's form, and pass a key canon cannot judge to the store as it
+// is, never answering it absent; [Loader.Insert] and
+// [Loader.InsertGenerated] add the key's form, and refuse, writing
+// nothing, a key canon cannot judge; the store's lookup gets the key's
+// form. A caller need not know the rule. nil removes it, and so does
+// [Feed.Detach]. canon must be safe for concurrent use and fast: every
+// lookup calls it.
+func (f *Feed[K]) SetKeyRule(canon func(K) (K, error)) {
+	if !f.detached.Load() {
+		f.l.setKeyRule(canon)
 	}
 }
 

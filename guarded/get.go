@@ -12,6 +12,10 @@ import (
 // request twice; the middleware counts its own), and does not allocate
 // for string and integer keys.
 func (l *Loader[K, V]) MayContain(key K) bool {
+	key, judged := l.canon(key)
+	if !judged {
+		return true
+	}
 	until, v := l.readyView()
 	h := l.codec.hash(v.g, key)
 	return until == notReady || v.passes(h) || v.g.ContainsHash(h) || !l.ready.holds(until)
@@ -50,10 +54,11 @@ func (l *Loader[K, V]) Get(ctx context.Context, key K) (V, error) {
 	// The generation before the guard: a swap of the guard, an insert of
 	// key or a resync that happens after this point voids what we may
 	// cache below.
+	key, judged := l.canon(key)
 	gen := l.negGen.Load()
 	until, v := l.readyView()
 	h := l.codec.hash(v.g, key)
-	guarded := until != notReady && !v.passes(h)
+	guarded := judged && until != notReady && !v.passes(h)
 	if !guarded && v.recheckAt != 0 {
 		l.recheck(v)
 	}

@@ -29,6 +29,20 @@ func (l *Loader[K, V]) GetMany(ctx context.Context, keys []K) (vals []V, errs []
 		}
 		return vals, errs
 	}
+	// The keys in the form of the key rule, if any: spellings of one key
+	// are then looked up once. A key the rule cannot judge goes to the
+	// store as it is.
+	var unjudged []bool
+	if l.rule.Load() != nil {
+		canon := make([]K, len(keys))
+		unjudged = make([]bool, len(keys))
+		for i, k := range keys {
+			var judged bool
+			canon[i], judged = l.canon(k)
+			unjudged[i] = !judged
+		}
+		keys = canon
+	}
 	gen := l.negGen.Load() // before the guard: see readyView
 	until, v := l.readyView()
 	hs := make([]uint64, len(keys))
@@ -58,7 +72,8 @@ func (l *Loader[K, V]) GetMany(ctx context.Context, keys []K) (vals []V, errs []
 		if _, seen := first[k]; seen {
 			continue
 		}
-		s, absent := l.screen(k, hs[i], gen, ready && !v.passes(hs[i]), maybe[i])
+		judged := unjudged == nil || !unjudged[i]
+		s, absent := l.screen(k, hs[i], gen, judged && ready && !v.passes(hs[i]), maybe[i])
 		if absent {
 			errs[i], first[k] = ErrNotFound, -1
 			continue

@@ -67,9 +67,10 @@ type Loader[K comparable, V any] struct {
 	unsettled *unsettled    // keys of inserts whose outcome is unknown, for rebuilds (unsettled.go)
 
 	// Readiness and the change feed (readiness.go, feed.go).
-	ready  readiness               // lease.go
-	filled atomic.Bool             // a Fill is running or has succeeded: no other may run
-	feed   atomic.Pointer[Feed[K]] // the attached change feed, or nil
+	ready  readiness                  // lease.go
+	rule   atomic.Pointer[keyRule[K]] // the store's key rule, or nil (keyrule.go)
+	filled atomic.Bool                // a Fill is running or has succeeded: no other may run
+	feed   atomic.Pointer[Feed[K]]    // the attached change feed, or nil
 
 	// Rebuilds (rebuild.go): a fresh guard filled in the background and
 	// swapped in for cur.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -57,7 +58,7 @@ func runReplica() int {
 		var o order
 		return o, pool.QueryRow(ctx, `SELECT customer FROM orders WHERE id = $1`, id).Scan(&o.Customer)
 	}}
-	svc, err := Start(ctx, Config{Pool: pool, NATS: nc, Service: os.Getenv(replicaServiceEnv), Origin: "paused"}, orders)
+	svc, err := Start(ctx, Config{Pool: pool, NATS: nc, Service: os.Getenv(replicaServiceEnv), Origin: "paused", Logger: slog.New(slog.DiscardHandler)}, orders)
 	if err != nil {
 		return fail(err)
 	}
