@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -150,15 +151,64 @@ func (s *fsession[K]) ctl(c ctlMsg, seq uint64, now time.Time) error {
 	case c.Epoch != p.epoch || c.Prev != p.lsn:
 		return s.gap(seq, "control", c.Epoch, c.Prev)
 	}
+	if err := s.proven(c); err != nil {
+		s.advance(seq) // read: the next session resumes after it
+		return err
+	}
 	s.control(c.Payload, now)
 	s.advance(seq)
 	return nil
+}
+
+// proven returns the failure that ends the session at control message c,
+// one of this session's own markers or heartbeats, if c does not prove
+// that the relay streams the table that the name names: its transaction
+// saw another table under the name, or another publication (a rename
+// swap, a DROP and CREATE, a publication changed: the changes since may
+// be missing from the stream), or it carries no identity to compare (a
+// relay of an earlier version). Only this session's own can make the
+// Loader ready, so only they are judged. The session ends at once, so the
+// Loader passes through; the next resumes after c, and reads the table at
+// the relay's reset.
+func (s *fsession[K]) proven(c ctlMsg) error {
+	switch {
+	case !s.own(c.Payload):
+		return nil
+	case c.Seen == "" || c.Table == "":
+		return &failure{failTable, errors.New("fanout: follower: the relay does not say which table it streams (a relay of an earlier version?): lookups pass through")}
+	case c.Seen != c.Table:
+		return &failure{failTable, fmt.Errorf("fanout: follower: a heartbeat found another table under the name %s, or another publication, than the relay streams (identity %s; the relay's %s)",
+			s.f.table, c.Seen, c.Table)}
+	}
+	return nil
+}
+
+// own reports whether payload is a marker or heartbeat of this session.
+func (s *fsession[K]) own(payload string) bool {
+	op, rest, _ := strings.Cut(payload, " ")
+	switch op {
+	case "S":
+		return rest == s.token
+	case "H":
+		token, _, _ := strings.Cut(rest, "-")
+		return token == s.token
+	}
+	return false
 }
 
 // tx takes one part of a transaction, or a reset, at stream sequence seq.
 func (s *fsession[K]) tx(m txMsg, seq uint64) error {
 	if s.partial != nil && m.Term > s.partial.Term {
 		s.partial = nil // a relay of a newer term publishes it again, from its first part
+	}
+	if m.Reset && m.Rewound && m.Term < s.f.pos.term {
+		// The relay found the database restored to an earlier point: the
+		// terms the stream holds are of a history it no longer has, and
+		// its own are smaller. Taking the reset only makes this follower
+		// read the table; from then on its terms are the newest.
+		s.f.c.logger.LogAttrs(context.Background(), slog.LevelWarn, "cuckooguard: fanout follower's database went back to an earlier point (a restore); it reads the table",
+			slog.Uint64("term", m.Term), slog.Uint64("was", s.f.pos.term))
+		s.f.pos.term = m.Term
 	}
 	if s.fenced(m.Term, seq) {
 		return nil

@@ -39,11 +39,32 @@
 // two databases, and two relays of one table, never share a subject, and
 // a message or saved guard of another database is refused.
 //
+// Every marker and heartbeat also proves which table the stream is of.
+// Its own transaction reads the oid that the table's schema-qualified
+// name resolves to and the version of that table's publication
+// (postgres.TableIdentity). The relay passes it on beside the identity of
+// the table it streams, and a follower takes it as evidence only when the
+// two are equal. A rename swap, a DROP and CREATE, or a table taken out
+// of its publication end "following" at the first heartbeat after them,
+// and the relay looks again at once. Once the name's table is published,
+// the relay streams it and resets it, and the followers read it.
+//
 // The relay's right to relay is a lease in PostgreSQL, renewed every
 // relay heartbeat: a relay that hangs (a stopped process, a long pause)
 // loses it within about three heartbeats, another replica takes it and the
 // slot, and what the old relay publishes when it wakes is ignored by its
-// term (fencing). A new replica starts from the newest guard saved in the
+// term (fencing). A database restored to an earlier point (a
+// point-in-time restore, a copy of its data directory put back) takes its
+// transaction ids and LSNs back with it, and with them the terms: a relay
+// that finds in the stream a term above its own, or an LSN past the WAL's
+// end, while it holds its lease, resets the table as "rewound", and the
+// followers take that reset whatever its term, read the table again and
+// follow the new relay's terms. A restore that the database outgrew
+// before its relay looked (more transactions and WAL since the restore
+// than were lost) is not recognised: the followers fence the new relay
+// and pass lookups through (no wrong 404s, and no following) until a relay
+// takes its lease with a transaction id above the lost terms. A new
+// replica starts from the newest guard saved in the
 // JetStream object store with the place in the stream it reflects
 // ([WithSnapshots]), and reads nothing from the table.
 //

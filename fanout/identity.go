@@ -23,9 +23,10 @@ import (
 // <subject>.> in stream order: a heartbeat comes after every transaction
 // the relay published before it, which committed before it.
 type route struct {
-	db    postgres.Database
-	relay string // Token(relay name)
-	table string // Token(schema.table)
+	db      postgres.Database
+	relay   string                   // Token(relay name)
+	table   string                   // Token(schema.table)
+	emitter *postgres.ControlEmitter // a follower's markers and heartbeats, with the table's identity; a follower's only
 }
 
 // subject returns the subjects' stem: <prefix>.<database>.<relay>.<table>.

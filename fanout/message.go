@@ -57,6 +57,16 @@ type txMsg struct {
 	// Version is the version of the table's publication the relay
 	// decoded under (postgres.SourceStart.Versions).
 	Version string `json:"v,omitempty"`
+	// OID is the oid of the table the relay decoded: the table its name
+	// named when the relay's session began (0 from a relay of an earlier
+	// version).
+	OID uint32 `json:"o,omitempty"`
+	// Rewound, on a reset: the relay found that the database went back
+	// to an earlier point (a restore) while holding its lease: the
+	// stream holds a term or an LSN that the database has not reached.
+	// Its term may be older than those the stream holds; readers take
+	// the reset all the same, and follow its term from then on.
+	Rewound bool `json:"w,omitempty"`
 }
 
 // id returns the message id JetStream de-duplicates by: a relay that
@@ -89,6 +99,13 @@ type ctlMsg struct {
 	Term    uint64 `json:"t,omitempty"`
 	Prev    uint64 `json:"p"`
 	Payload string `json:"c"`
+	// Seen is the identity of the table (postgres.TableIdentity) that the
+	// marker's or heartbeat's own transaction saw, and Table the identity
+	// of the table the relay streams: equal, they prove that, as of the
+	// message's commit, the stream is of the table its name names. ""
+	// where the follower, or the relay, is of an earlier version.
+	Seen  string `json:"s,omitempty"`
+	Table string `json:"o,omitempty"`
 }
 
 func (m *ctlMsg) encode() ([]byte, error) { return json.Marshal(m) }

@@ -51,17 +51,19 @@ type inFlight struct {
 
 // relayTable is where a table's messages stand in the stream.
 type relayTable struct {
-	route   route
-	subject string // route.subject(prefix)
-	epoch   string
-	last    uint64 // the LSN of its last transaction in the stream
-	version string
+	route    route
+	subject  string // route.subject(prefix)
+	epoch    string
+	last     uint64 // the LSN of its last transaction in the stream
+	version  string
+	identity postgres.TableIdentity // of the table the session streams
 }
 
 // Start makes the stream if it is gone, reads where each table's messages
 // stand in it, and publishes a reset for a table whose messages cannot
-// continue: the slot was made anew, the stream holds nothing of it, or
-// its publication changed.
+// continue: the slot was made anew, the stream holds nothing of it, its
+// name names another table or its publication changed, or the database
+// went back to an earlier point (rewound).
 func (h *relayHandler) Start(ctx context.Context, st postgres.SourceStart) error {
 	if err := h.fence(); err != nil {
 		return err
@@ -88,7 +90,7 @@ func (h *relayHandler) Start(ctx context.Context, st postgres.SourceStart) error
 	relay := Token(h.r.name)
 	for i, name := range st.Tables {
 		rt := route{db: st.Database, relay: relay, table: Token(name)}
-		t := relayTable{route: rt, subject: rt.subject(h.r.c.prefix), version: st.Versions[i]}
+		t := relayTable{route: rt, subject: rt.subject(h.r.c.prefix), version: st.Versions[i], identity: st.Identities[i]}
 		h.routes[rt.control()] = i
 		last, err := s.GetLastMsgForSubject(ctx, t.subject+".tx")
 		var m txMsg
@@ -101,16 +103,35 @@ func (h *relayHandler) Start(ctx context.Context, st postgres.SourceStart) error
 				m = txMsg{} // unreadable: start the table's messages anew
 			}
 		}
-		if st.Reset || m.Epoch == "" || m.Version != st.Versions[i] {
+		rewound, err := h.rewound(ctx, s, t.subject, &m, st)
+		if err != nil {
+			return err
+		}
+		renamed := m.OID != 0 && m.OID != t.identity.OID
+		if st.Reset || m.Epoch == "" || m.Version != st.Versions[i] || renamed || rewound {
+			if rewound {
+				// Another look at the lease after reading the stream: a
+				// relay that hung meanwhile may be reading a successor's
+				// terms, and must not call that a restore.
+				if err := h.fence(); err != nil {
+					return err
+				}
+			}
 			t.epoch = fmt.Sprintf("%s/%x", st.LSN, rand.Uint64())
 			t.last = uint64(st.LSN)
-			reset := txMsg{Epoch: t.epoch, Term: h.lease.term, DB: rt.db.Token(), LSN: t.last, Reset: true, Reread: true, Version: t.version}
+			reset := txMsg{Epoch: t.epoch, Term: h.lease.term, DB: rt.db.Token(), LSN: t.last, Reset: true, Reread: true, Version: t.version,
+				OID: t.identity.OID, Rewound: rewound}
 			if err := h.send(ctx, t.subject+".tx", &reset); err != nil {
 				return err
 			}
 			h.r.resets.Add(1)
-			h.r.c.logger.LogAttrs(ctx, slog.LevelInfo, "cuckooguard: relay reset a table: its followers read it again",
-				slog.String("table", name), slog.Bool("new_slot", st.Reset), slog.Bool("version_changed", m.Epoch != "" && m.Version != st.Versions[i]))
+			level := slog.LevelInfo
+			if rewound {
+				level = slog.LevelWarn
+			}
+			h.r.c.logger.LogAttrs(ctx, level, "cuckooguard: relay reset a table: its followers read it again",
+				slog.String("table", name), slog.Bool("new_slot", st.Reset), slog.Bool("version_changed", m.Epoch != "" && m.Version != st.Versions[i]),
+				slog.Bool("table_changed", renamed), slog.Bool("database_rewound", rewound))
 		} else {
 			t.epoch, t.last = m.Epoch, m.LSN
 		}
@@ -118,6 +139,34 @@ func (h *relayHandler) Start(ctx context.Context, st postgres.SourceStart) error
 	}
 	h.r.src.Confirm(st.LSN)
 	return nil
+}
+
+// rewound reports whether the table's messages in the stream, m the last
+// transaction's (zero if none) and the last control message's, come from
+// a history that the database no longer has: it was restored to an
+// earlier point (a point-in-time restore, or a copy of its data
+// directory), with the same system identifier. Within one history a term
+// is a transaction id taken when the lease was, larger than every term
+// before it, and every LSN published is behind the WAL's end. So a
+// message of a term above this lease's, or of an LSN past the WAL's
+// end when the session began (st.WALEnd), is from a lost history, if
+// this relay still holds its lease (the caller looks again before it
+// says so: a relay that lost its lease may read its successor's terms).
+// A restore that the database outgrew before the relay looked (more
+// transactions and WAL since it than were lost) is not recognised.
+func (h *relayHandler) rewound(ctx context.Context, s jetstream.Stream, subject string, m *txMsg, st postgres.SourceStart) (bool, error) {
+	term := m.Term
+	last, err := s.GetLastMsgForSubject(ctx, subject+".ctl")
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+	case err != nil:
+		return false, fmt.Errorf("fanout: relay: read the last message of %s: %w", subject, err)
+	default:
+		if c, err := decodeCtl(last.Data); err == nil {
+			term = max(term, c.Term)
+		}
+	}
+	return term > h.lease.term || (m.Epoch != "" && m.DB == st.Database.Token() && m.LSN > uint64(st.WALEnd)), nil
 }
 
 // fence returns errLeaseLapsed, and ends the term, once the lease may
@@ -147,7 +196,7 @@ func (h *relayHandler) Commit(ctx context.Context, c *postgres.SourceCommit) err
 			continue // nothing, or published before this session
 		}
 		m := txMsg{Epoch: t.epoch, Term: h.lease.term, DB: t.route.db.Token(), LSN: uint64(c.LSN), Prev: t.last, Xid: c.Xid,
-			Creates: ch.Creates, Deletes: ch.Deletes, Tags: c.Tags, Reread: ch.Truncated || ch.Incomplete, Version: t.version}
+			Creates: ch.Creates, Deletes: ch.Deletes, Tags: c.Tags, Reread: ch.Truncated || ch.Incomplete, Version: t.version, OID: t.identity.OID}
 		for _, p := range split(m, h.limit) {
 			b, err := p.encode()
 			if err != nil {
@@ -166,7 +215,19 @@ func (h *relayHandler) Commit(ctx context.Context, c *postgres.SourceCommit) err
 			continue // a follower of another relay, or of a table this relay does not stream
 		}
 		t := &h.tables[i]
-		m := ctlMsg{Epoch: t.epoch, Term: h.lease.term, Prev: t.last, Payload: ctl.Payload}
+		m := ctlMsg{Epoch: t.epoch, Term: h.lease.term, Prev: t.last, Payload: ctl.Payload, Table: t.identity.String()}
+		if !ctl.Table.IsZero() {
+			m.Seen = ctl.Table.String()
+			if ctl.Table != t.identity {
+				// The follower's transaction found another table under
+				// the name, or another publication: its follower stops
+				// following at this message, and the Source's own
+				// heartbeat decides whether the session streams the
+				// wrong table (the follower's transaction may be older
+				// than the session).
+				h.r.src.Recheck()
+			}
+		}
 		b, err := m.encode()
 		if err != nil {
 			return err

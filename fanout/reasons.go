@@ -15,6 +15,7 @@ const (
 	failStream   = "stream"    // the stream or its consumer failed
 	failNATS     = "nats"      // the NATS connection is down
 	failSetup    = "setup"     // the table or the stream cannot be found
+	failTable    = "table"     // the relay streams another table than the name names, or under another publication
 )
 
 // ReadReasons lists the keys of Stats.Reads: why a Follower read its table
@@ -29,8 +30,11 @@ var ReadReasons = []string{readStart, readReset, readReread, readGap, readStream
 // FailureReasons lists the keys of Stats.Failures: what ended a Follower's
 // session: "database" (the database connection failed), "stream" (the
 // stream or its consumer failed), "nats" (the NATS connection went down),
-// "setup" (the table or the stream cannot be found).
-var FailureReasons = []string{failDatabase, failStream, failNATS, failSetup}
+// "setup" (the table or the stream cannot be found), "table" (a marker or
+// heartbeat found that the relay streams another table than the one its
+// name names, or under another publication: a rename swap, a DROP and
+// CREATE, a publication changed; or a relay that does not say which).
+var FailureReasons = []string{failDatabase, failStream, failNATS, failSetup, failTable}
 
 // reread ends a session that must read the table again, for why.
 type reread struct{ why string }

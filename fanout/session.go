@@ -95,12 +95,14 @@ func (f *Follower[K]) session(ctx context.Context) (followed time.Duration, err 
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer endSend(nil)
-	prefix := postgres.ControlPrefix(rt.control())
+	// Each marker and heartbeat carries the identity of the table that
+	// its own transaction finds under the name (postgres.ControlEmitter),
+	// which the relay passes on with the identity of the table it streams:
+	// control takes it as evidence only when the two are equal.
 	emit := func(payload string) error {
 		ectx, cancel := context.WithTimeout(sctx, f.c.deadline)
 		defer cancel()
-		_, err := conn.Exec(ectx, `SELECT pg_logical_emit_message(true, $1, $2)`, prefix, payload)
-		return err
+		return rt.emitter.Emit(ectx, conn, rt.control(), payload)
 	}
 	s.markerSent = time.Now()
 	if err := emit("S " + s.token); err != nil {
@@ -169,11 +171,11 @@ func (f *Follower[K]) locate(ctx context.Context, conn *pgx.Conn) (route, instan
 		f.pending = readStream
 	}
 	f.db = db
-	name, err := postgres.Resolve(ctx, conn, f.table)
+	em, err := postgres.NewControlEmitter(ctx, conn, f.table) // resolves the name, as postgres.Resolve
 	if err != nil {
 		return route{}, instance{}, &failure{failSetup, err}
 	}
-	rt := route{db: db, relay: f.relay, table: Token(name)}
+	rt := route{db: db, relay: f.relay, table: Token(em.Table()), emitter: em}
 	si, err := streamInfo(ctx, f.js, f.c.stream, f.c.deadline)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):

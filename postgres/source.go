@@ -54,8 +54,11 @@ type Source struct {
 
 	acked      atomic.Uint64 // what the handler confirmed
 	lastStream uint32        // the walsender of the last session; Run's goroutine only
-	rules      []*keyRule    // the tables' key forms, as the last session read them; Run's goroutine only
-	state      atomic.Int32  // Following while a session streams, else PassThrough
+	// remake: the last session's walsender could not find a publication
+	// that exists now (see remakeSlot); Run's goroutine only.
+	remake     bool
+	rules      []*keyRule   // the tables' key forms, as the last session read them; Run's goroutine only
+	state      atomic.Int32 // Following while a session streams, else PassThrough
 	sessions   atomic.Int64
 	failures   atomic.Int64
 	commits    atomic.Int64
@@ -66,6 +69,7 @@ type Source struct {
 	// commit yet (see visibility).
 	visibilityWaits atomic.Int64
 	retained        atomic.Int64 // bytes of WAL the slot holds, at the last heartbeat
+	recheck         atomic.Bool  // send a heartbeat now (Recheck)
 }
 
 // SourceStart is where a Source's stream starts, for [SourceHandler.Start].
@@ -87,6 +91,18 @@ type SourceStart struct {
 	Tables, Versions []string
 	// Database is the database the stream comes from.
 	Database Database
+	// Identities are the identities of the tables the stream carries, in
+	// the order of NewSource's tables: the oid each name resolved to when
+	// the session began, and Versions. A relayed follower's control
+	// message that saw another ([SourceControl.Table]) was sent while the
+	// name named another table, or its publication was another: the
+	// stream is not of the table the application queries.
+	Identities []TableIdentity
+	// WALEnd is the server's WAL insert position when the session began.
+	// A stream that carries a later LSN than it, of this database, comes
+	// from a history the database no longer has: it was restored to an
+	// earlier point.
+	WALEnd pglogrepl.LSN
 }
 
 // SourceCommit is one committed transaction, for [SourceHandler.Commit].
@@ -120,6 +136,10 @@ func (c *SourceChanges) Touched() bool {
 // "cuckooguard.hb/" and Route.
 type SourceControl struct {
 	Route, Payload string
+	// Table is the identity of the follower's table as the message's own
+	// transaction saw it ([ControlEmitter]); zero if the follower sent
+	// none.
+	Table TableIdentity
 }
 
 // ControlPrefix returns the prefix of the logical decoding messages (the
@@ -274,6 +294,17 @@ func (s *Source) Confirm(lsn pglogrepl.LSN) {
 		}
 	}
 }
+
+// Recheck makes the Source's session send its own heartbeat at once,
+// rather than at the next heartbeat: a heartbeat reads, in a transaction of
+// its own, what each table's name resolves to and the version of its
+// publication, and ends the session if either changed since the session
+// began (the next session streams the table the name now names). A relay
+// calls it when a follower's control message saw another identity than
+// the stream's ([SourceControl.Table]): that follower's transaction may be
+// older than the session, and the Source's own heartbeat decides. Recheck
+// may be called from any goroutine.
+func (s *Source) Recheck() { s.recheck.Store(true) }
 
 // SourceStats describes a Source.
 type SourceStats struct {

@@ -72,7 +72,20 @@ func (s *Source) session(ctx context.Context, h SourceHandler) (streamed time.Du
 	s.state.Store(int32(Following))
 	began := time.Now()
 	err = s.stream(ctx, sender, rc, h, rels, versions, rules, start.LSN, vis)
+	s.remake = remakeSlot(err)
 	return time.Since(began), err
+}
+
+// remakeSlot reports whether a session's stream failed because its
+// walsender found no publication of a name that checkSetup found just
+// before: the publication was dropped and made again after the slot's
+// position, and the walsender, which reads the catalog as of the changes
+// it decodes, never finds it there. The slot cannot go past that point;
+// the next session makes it anew (a reset: the followers read the tables
+// again).
+func remakeSlot(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42704" && strings.Contains(pgErr.Message, "publication")
 }
 
 // checkSetup checks what logical decoding needs and each table's
@@ -126,8 +139,19 @@ func (s *Source) checkSetup(ctx context.Context, c *pgx.Conn) ([]relation, []str
 // consistent point of a new one (a reset).
 func (s *Source) startPoint(ctx context.Context, sender *pgx.Conn, rc *pgconn.PgConn, rels []relation, versions []string) (SourceStart, error) {
 	start := SourceStart{Slot: s.slot, Versions: versions}
-	for _, r := range rels {
+	for i, r := range rels {
 		start.Tables = append(start.Tables, r.String())
+		start.Identities = append(start.Identities, TableIdentity{OID: r.oid, Version: versions[i]})
+	}
+	// The WAL's end now, before the stream starts: whatever a relay
+	// published from this database's history is behind it.
+	var end string
+	if err := sender.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&end); err != nil {
+		return start, failed(reasonFor(err, ReasonConnectionLost), fmt.Errorf("postgres: relay: read the WAL's end: %w", err))
+	}
+	var err error
+	if start.WALEnd, err = pglogrepl.ParseLSN(end); err != nil {
+		return start, failed(ReasonSlot, err)
 	}
 	st, err := readSlot(ctx, sender, s.slot)
 	if err != nil {
@@ -145,9 +169,13 @@ func (s *Source) startPoint(ctx context.Context, sender *pgx.Conn, rc *pgconn.Pg
 	if st.active {
 		return start, failed(ReasonSlot, fmt.Errorf("postgres: relay: slot %s is in use by another connection (pid %d): does another relay have the name?", s.slot, st.activePID))
 	}
-	if st.exists && st.walStatus != "lost" {
+	if s.remake && st.exists {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "cuckooguard: relay's slot cannot decode past a publication that was dropped and made again; it makes the slot anew, and its followers read the tables again",
+			slog.String("slot", s.slot))
+	}
+	if st.exists && st.walStatus != "lost" && !s.remake {
 		start.LSN = st.confirmed
-		s.Confirm(start.LSN)
+		s.startAt(start.LSN)
 		return start, nil
 	}
 	var other string
@@ -170,9 +198,17 @@ func (s *Source) startPoint(ctx context.Context, sender *pgx.Conn, rc *pgconn.Pg
 		return start, failed(ReasonSlot, err)
 	}
 	start.Reset = true
-	s.Confirm(start.LSN)
+	s.startAt(start.LSN)
 	return start, nil
 }
+
+// startAt sets what the handler confirmed to lsn, where a session's stream
+// starts: what an earlier session's handler confirmed may be past it, and
+// past the server's WAL, if the database was restored to an earlier point
+// since. Confirmed to the server, such a position would move the slot past
+// commits that no handler saw (the server takes a confirmed position as
+// it comes), and the next session would start after them.
+func (s *Source) startAt(lsn pglogrepl.LSN) { s.acked.Store(uint64(lsn)) }
 
 // stream passes on the session's stream until it fails or ctx ends.
 func (s *Source) stream(ctx context.Context, sender *pgx.Conn, rc *pgconn.PgConn, h SourceHandler, rels []relation, versions []string, rules []*keyRule, from pglogrepl.LSN, vis *visibility) error {
@@ -181,7 +217,7 @@ func (s *Source) stream(ctx context.Context, sender *pgx.Conn, rc *pgconn.PgConn
 		tables[i] = decodedTable{schema: r.schema, rel: r.name, key: s.tables[i].Key, rule: rules[i]}
 	}
 	dec := newDecoder(tables...)
-	beats := &sourceBeats{versions: strings.Join(versions, "|")}
+	beats := &sourceBeats{versions: identities(rels, versions)}
 	sink := &sourceSink{s: s, ctx: ctx, h: h, token: newSourceToken(), beats: beats, need: from, free: from, partial: make([]bool, len(rels)), vis: vis}
 	loopCtx, end := context.WithCancelCause(ctx)
 	defer end(nil)
@@ -250,12 +286,16 @@ func (s *Source) stream(ctx context.Context, sender *pgx.Conn, rc *pgconn.PgConn
 			return failed(ReasonHeartbeatLost, fmt.Errorf("postgres: relay: nothing arrived for %v with a heartbeat out, and the walsender is not at work: the connection is dead",
 				now.Sub(last).Round(time.Millisecond)))
 		}
+		if s.recheck.Load() {
+			next = now // a relayed follower saw another identity of a table (Recheck)
+		}
 		if !now.Before(next) {
 			beats.mu.Lock()
 			select {
 			case send <- beats.seq + 1:
 				beats.seq++
 				beats.out = append(beats.out, now)
+				s.recheck.Store(false)
 			default: // the last one is still being sent
 			}
 			beats.mu.Unlock()
@@ -320,17 +360,19 @@ func (s *Source) confirm(ctx context.Context, rc *pgconn.PgConn, received, flush
 }
 
 // beat sends heartbeat seq of the session whose heartbeats' route is
-// token, with the versions of the tables' publications as its
-// transaction sees them, and reads what the walsender of pid does.
+// token, with the tables' identities as its transaction sees them (the
+// oid each name resolves to and the version of the session's table's
+// publication, as identities writes them), and reads what the walsender
+// of pid does.
 func (s *Source) beat(ctx context.Context, c *pgx.Conn, rels []relation, token string, seq int64, pid uint32, probe *atomic.Pointer[walsender]) error {
 	bctx, cancel := context.WithTimeout(ctx, s.deadline)
 	defer cancel()
 	args := []any{ControlPrefix(token), strconv.FormatInt(seq, 10), int64(pid)}
 	parts := make([]string, len(rels))
 	for i, r := range rels {
-		args = append(args, publicationName(r.schema, r.name), r.oid)
-		v := strings.NewReplacer("$1", fmt.Sprintf("$%d", len(args)-1), "$2", fmt.Sprintf("$%d", len(args))).Replace(publicationVersion)
-		parts[i] = "coalesce(" + v + ", '-')"
+		args = append(args, publicationName(r.schema, r.name), r.oid, sanitizeTable(s.tables[i].Table)) // the name as given: resolved as the application does
+		v := strings.NewReplacer("$1", fmt.Sprintf("$%d", len(args)-2), "$2", fmt.Sprintf("$%d", len(args)-1)).Replace(publicationVersion)
+		parts[i] = fmt.Sprintf("coalesce(to_regclass($%d)::oid::text, '-') || ' ' || coalesce(%s, '-')", len(args), v)
 	}
 	q := `SELECT pg_logical_emit_message(true, $1, $2 || ' ' || ` + strings.Join(parts, ` || '|' || `) + `)` +
 		strings.ReplaceAll(walsenderQuery, "$5", "$3")

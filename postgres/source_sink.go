@@ -79,7 +79,8 @@ func (k *sourceSink) control(prefix, payload string) error {
 	case route == k.token:
 		return k.beats.back(payload)
 	}
-	k.controls = append(k.controls, SourceControl{Route: route, Payload: payload})
+	payload, id := splitIdentity(payload)
+	k.controls = append(k.controls, SourceControl{Route: route, Payload: payload, Table: id})
 	return nil
 }
 
@@ -97,13 +98,13 @@ func (k *sourceSink) confirmable() pglogrepl.LSN {
 // sourceBeats is what a Source session knows of its heartbeats.
 type sourceBeats struct {
 	mu       sync.Mutex
-	versions string // the publications' versions when the session began
+	versions string // the tables' identities when the session began (identities)
 	seq      int64
 	out      []time.Time // sent and not back, oldest first, by seq-(seq-len(out)+1)
 	probe    atomic.Pointer[walsender]
 }
 
-// back records that heartbeat payload ("<seq> <versions>") came back.
+// back records that heartbeat payload ("<seq> <identities>") came back.
 func (b *sourceBeats) back(payload string) error {
 	seqText, versions, _ := strings.Cut(payload, " ")
 	seq, err := strconv.ParseInt(seqText, 10, 64)
@@ -111,7 +112,7 @@ func (b *sourceBeats) back(payload string) error {
 		return nil
 	}
 	if versions != b.versions {
-		return failed(ReasonPublication, fmt.Errorf("%w: a publication of the relay's tables changed while it streamed (versions %s, were %s)",
+		return failed(ReasonPublication, fmt.Errorf("%w: a table of the relay was renamed, dropped or made again, or its publication changed, while it streamed (identities %s, were %s)",
 			errPublicationChanged, versions, b.versions))
 	}
 	b.mu.Lock()
@@ -121,4 +122,15 @@ func (b *sourceBeats) back(payload string) error {
 		b.out = b.out[n:]
 	}
 	return nil
+}
+
+// identities returns the heartbeat's form of the identities of rels, of
+// the versions of their publications: what a Source's heartbeat must find
+// while its session streams them (see Source.beat).
+func identities(rels []relation, versions []string) string {
+	parts := make([]string, len(rels))
+	for i, r := range rels {
+		parts[i] = TableIdentity{OID: r.oid, Version: versions[i]}.String()
+	}
+	return strings.Join(parts, "|")
 }
