@@ -218,6 +218,17 @@ const publicationVersion = `(SELECT p.oid || '.' || p.xmin
 	|| '.' || coalesce((SELECT pg_database_collation_actual_version(d.oid) FROM pg_database d WHERE d.datname = current_database()), '')
 	FROM pg_publication p WHERE p.pubname = $1)`
 
+// identityExpr is an SQL expression, of the publication name $1, the
+// table's oid $2 and the Follower's table name as SQL writes it $6
+// (sanitizeTable), that says which table a marker or heartbeat vouches
+// for: the oid the name resolves to as its transaction sees it, under
+// the connection's search_path (as resolve does; "-" if it names no
+// table), a space, and the publication's version (publicationVersion;
+// "-" without the publication). A rename swap, a DROP and CREATE, or a
+// table of the name made earlier in the search_path changes the first;
+// a change of what the publication holds, the second (Follower.control).
+const identityExpr = `coalesce(to_regclass($6)::oid::text, '-') || ' ' || coalesce(` + publicationVersion + `, '-')`
+
 // keyFormsVersion names the canonical forms of keyform.go: a change to
 // any of them changes it, so that guards and streams of the old forms are
 // read again (publicationVersion). "k1" is the first with forms.
