@@ -203,6 +203,12 @@ func (f *Follower[K]) startPoint(ctx context.Context, sender *pgx.Conn, rc *pgco
 		if st.active {
 			return "", 0, failed(ReasonSlot, fmt.Errorf("postgres: follower: slot %s is in use by another connection (pid %d): does another process have the origin %q?", id.name, st.activePID, f.origin))
 		}
+		if st.exists {
+			var err error
+			if st.walEnd, err = readWALEnd(ctx, sender); err != nil {
+				return "", 0, failed(ReasonConnectionLost, err)
+			}
+		}
 	}
 	s := decide(f.pending, id.name == "", f.snapPath != "", &f.pos, st, pub)
 	switch s.how {
