@@ -41,7 +41,8 @@ type churnRun struct {
 	mu    sync.Mutex
 	ids   []int64
 	at    []time.Time    // when each commit returned
-	lost  map[int64]bool // rows a restore took back: never checked again
+	lost  map[int64]bool // rows a restore took back, or may have: never checked again
+	doubt atomic.Bool    // rows committed now may be taken back: lost
 	next  atomic.Int64   // the writer's next id
 	gets  atomic.Int64   // Gets of committed rows
 	wrong atomic.Int64   // 404s of rows committed wrongAge or more before the Get
@@ -93,6 +94,9 @@ func (r *churnRun) write(ctx context.Context) {
 			now := time.Now()
 			r.mu.Lock()
 			r.ids, r.at = append(r.ids, id), append(r.at, now)
+			if r.doubt.Load() {
+				r.lost[id] = true
+			}
 			r.mu.Unlock()
 		}
 		r.gate.RUnlock()
@@ -213,7 +217,7 @@ func (r *churnRun) finish(what string, more string) {
 	r.mu.Lock()
 	lost := len(r.lost)
 	r.mu.Unlock()
-	r.t.Logf("%s: %d rows committed (%d lost to a restore), %d lookups of committed rows, %d wrong 404s, %d 404s younger than %v; %s; A following at the sweep: %v; A %+v",
+	r.t.Logf("%s: %d rows committed (%d lost to a restore, or committed during it), %d lookups of committed rows, %d wrong 404s, %d 404s younger than %v; %s; A following at the sweep: %v; A %+v",
 		what, len(ids), lost, r.gets.Load(), r.wrong.Load(), r.early.Load(), wrongAge, more, following, r.a.follower.Stats())
 	if n := r.wrong.Load(); n > 0 {
 		r.t.Fatalf("%s: %d wrong 404s", what, n)
