@@ -20,6 +20,7 @@ type fsession[K comparable] struct {
 	token      string
 	send       chan string
 	markerSent time.Time
+	asOf       time.Time // when the last marker or heartbeat back was sent: every change committed before it is applied
 	since      time.Time // following since the marker came back
 	next       time.Time // the next heartbeat is due
 	seq        int64

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cuckooguard/cuckooguard/guarded"
+	"github.com/cuckooguard/cuckooguard/internal/mono"
 	"github.com/cuckooguard/cuckooguard/internal/options"
 	"github.com/cuckooguard/cuckooguard/postgres"
 )
@@ -74,6 +75,7 @@ type Follower[K comparable] struct {
 	followedOnce bool
 
 	state       atomic.Int32
+	readyTill   mono.Deadline // until when Following holds (fsession.grant)
 	applied     atomic.Int64
 	skipped     atomic.Int64
 	fenced      atomic.Int64 // messages of an older relay term, ignored
@@ -212,7 +214,12 @@ type Stats struct {
 func (f *Follower[K]) Stats() Stats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	st := Stats{State: postgres.State(f.state.Load()), Lag: f.lagAt(time.Now()), Applied: f.applied.Load(), Skipped: f.skipped.Load(),
+	now := time.Now()
+	state := postgres.State(f.state.Load())
+	if state == postgres.Following && !f.readyTill.Holds(now) {
+		state = postgres.Behind // the lease ran out before the session's goroutine saw it
+	}
+	st := Stats{State: state, Lag: f.lagAt(now), Applied: f.applied.Load(), Skipped: f.skipped.Load(),
 		Fenced: f.fenced.Load(), Seq: f.seq.Load(), Pending: f.backlog.Load(), Reads: map[string]int64{}, Failures: map[string]int64{},
 		SnapshotStarts: f.restored.Load(), SnapshotsSaved: f.saved.Load(), LastError: f.lastErr, NATSConnected: f.nc.IsConnected()}
 	for k, v := range f.reads {
@@ -262,6 +269,9 @@ func (f *Follower[K]) Run(ctx context.Context) error {
 	}
 	f.feed = feed
 	defer feed.Detach()
+	if rule := f.tags.KeyRule(); rule != nil {
+		feed.SetKeyRule(rule) // a caller's key in any text the database reads as it
+	}
 	f.unconfirmed.CompareAndSwap(0, time.Now().UnixNano())
 	f.pending = readStart
 	f.started = time.Now()

@@ -45,9 +45,10 @@ func (s *fsession[K]) control(payload string, now time.Time) {
 		// last read saw among them, has come: none is left to skip.
 		f.pos.skip = nil
 		f.rtt.Store(int64(now.Sub(s.markerSent)))
-		f.currentAsOf.Store(s.markerSent.UnixNano())
+		s.asOf = s.markerSent
+		f.currentAsOf.Store(s.asOf.UnixNano())
 		f.unconfirmed.Store(s.oldestOut())
-		f.feed.MarkReady()
+		s.grant()
 		f.state.Store(int32(postgres.Following))
 		f.followedOnce = true
 		s.since = now
@@ -66,9 +67,13 @@ func (s *fsession[K]) control(payload string, now time.Time) {
 			if b.seq == seq {
 				f.rtt.Store(int64(now.Sub(b.sent)))
 				s.out = s.out[i+1:]
-				if postgres.State(f.state.Load()) != postgres.Resyncing {
-					f.currentAsOf.Store(b.sent.UnixNano())
+				if st := postgres.State(f.state.Load()); st != postgres.Resyncing {
+					s.asOf = b.sent
+					f.currentAsOf.Store(s.asOf.UnixNano())
 					f.unconfirmed.Store(s.oldestOut())
+					if st == postgres.Following {
+						s.grant() // Behind: tick grants it when the lag allows
+					}
 				}
 				break
 			}
@@ -108,10 +113,22 @@ func (s *fsession[K]) tick(now time.Time) {
 		f.feed.Invalidate()
 		f.state.Store(int32(postgres.Behind))
 	case st == postgres.Behind && lag < f.c.maxLag/2:
-		f.feed.MarkReady()
+		s.grant()
 		f.state.Store(int32(postgres.Following))
 	}
 	s.watchRelay(now)
+}
+
+// grant makes the Loader ready until the max lag after s.asOf, when the
+// last marker or heartbeat back was sent (a lease,
+// [guarded.Feed.ReadyUntil]). Judged by when it was sent, a heartbeat that
+// was out while this process was paused grants a lease that has run out
+// already: the Loader passes through until one sent after the pause comes
+// back. Stats judges Following by the same lease when it is read.
+func (s *fsession[K]) grant() {
+	until := s.asOf.Add(s.f.c.maxLag)
+	s.f.feed.ReadyUntil(until)
+	s.f.readyTill.Set(until)
 }
 
 // watchRelay logs once when the relay goes silent while this follower is

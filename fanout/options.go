@@ -144,7 +144,12 @@ func WithHeartbeatDeadline(d time.Duration) Option {
 // WithMaxLag sets how late a follower's heartbeats may come back before it
 // passes lookups through (its Loader is invalid until the lag is under half
 // of it again). The default is [DefaultMaxLag], or 1.5 heartbeats with
-// WithHeartbeat.
+// WithHeartbeat. The Loader's readiness is a lease that runs out the max
+// lag after the last heartbeat back was sent ([guarded.Feed.ReadyUntil]),
+// compared with the clock by every lookup, so a committed row reads absent
+// on a following replica for at most the max lag, a paused process
+// included; a max lag under the heartbeat interval plus its round trip
+// lets the lease lapse between heartbeats (lookups pass through then).
 func WithMaxLag(d time.Duration) Option { return func(c *config) { c.maxLag = d } }
 
 // WithBackoff sets the first wait before a failed session is made again;

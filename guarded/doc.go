@@ -81,4 +81,33 @@
 //     not this process's own, so the feed applies them too: a creation the
 //     saved guard lacks is added, and one it holds already gets a second
 //     copy (a false positive until the next resync), never none.
+//
+// # Readiness is checked when the answer is given
+//
+// A Loader answers "absent" on its own only while it is ready: after
+// [Loader.Fill], [Loader.CatchUp] or [Loader.MarkReady], ready until
+// [Loader.Invalidate]; with a change feed, ready while the lease of the
+// feed's last [Feed.ReadyUntil] holds. A lease is a moment on the
+// monotonic clock, granted on evidence (a heartbeat sent through the
+// store's change stream at s came back, so the guard holds every change
+// committed before s) and compared with the clock by every answer
+// "absent" ([Loader.Get], [Loader.GetMany], [Loader.MayContain] and so
+// the middleware), and by [Loader.Ready] and [Loader.Stats] (and so
+// /readyz and grpc.health), at the moment of the answer. A process that
+// was paused wakes with a lapsed lease and passes lookups through until
+// its feed hears a heartbeat sent after the pause, however long its
+// feed's goroutine takes to run again. Only an answer "absent" reads the
+// clock, once (GetMany: once a batch); it costs what reading Go's
+// monotonic clock costs (about 20 ns on Linux, through the vDSO).
+//
+// What the lease assumes of the clock: it is Go's monotonic clock
+// (CLOCK_MONOTONIC on Linux), which counts the time a process is stopped
+// (SIGSTOP) or starved, a long stop of the world, and a stall of the host
+// while the guest's clock runs on. It does not count a system suspend (a
+// laptop's sleep), nor the pause of a virtual machine that a hypervisor
+// hides from the guest's clock (QEMU's stop and cont keep kvmclock where
+// it was, as does a live migration): there the lease goes on from where
+// it was, and the feed's next heartbeat (late, so the lease lapses) or
+// its silence ends it within the lease's length. Keep leases short: the
+// postgres followers grant the max lag (150 ms by default).
 package guarded

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cuckooguard/cuckooguard/guard"
 )
@@ -21,8 +22,9 @@ type Change[K comparable] struct {
 // returns it. The stream reads the store's keys into a fresh guard with
 // [Feed.Resync] (or installs a guard it saved with [Feed.Replace]),
 // applies each committed write after that read with [Feed.Apply], and
-// calls [Feed.MarkReady] once the guard has caught up; until then, and
-// after [Feed.Invalidate], the Loader passes every lookup through. When
+// calls [Feed.ReadyUntil] (or [Feed.MarkReady]) once the guard has caught
+// up; until then, after [Feed.Invalidate], and once the lease that
+// ReadyUntil granted runs out, the Loader passes every lookup through. When
 // the Loader needs a fresh guard (a shard that cannot take a key, or an
 // estimated false-positive rate above [WithMaxFPR]) it asks on
 // [Feed.Requests], at most once every 10 seconds, and the stream answers
@@ -36,7 +38,7 @@ type Change[K comparable] struct {
 // copy.) The stream skips only this process's own inserts, which
 // [Loader.Insert] added before writing them.
 //
-// Call Apply, Resync, Replace, MarkReady and Invalidate from one goroutine,
+// Call Apply, Resync, Replace, ReadyUntil, MarkReady and Invalidate from one goroutine,
 // the stream's; Requests and Guard may be used from any. After
 // [Feed.Detach] they return an error or do nothing.
 type Feed[K comparable] struct {
@@ -54,6 +56,8 @@ type feedTarget[K comparable] interface {
 	degraded() bool
 	detach(f *Feed[K])
 	MarkReady()
+	readyUntil(t time.Time)
+	setKeyRule(canon func(K) (K, error))
 	Invalidate()
 	Guard() *guard.Guard
 }
@@ -117,10 +121,36 @@ func (f *Feed[K]) Replace(g *guard.Guard) error {
 	return f.l.installSaved(g)
 }
 
-// MarkReady declares that the guard holds every key of the store.
+// MarkReady declares that the guard holds every key of the store, with no
+// end: the Loader answers on the guard alone until [Feed.Invalidate].
+// That suits a stream that cannot tell how current it is; one that can
+// should call [Feed.ReadyUntil] instead, so that a stream that goes
+// silent, or a process that was paused, is not trusted past what it
+// proved.
 func (f *Feed[K]) MarkReady() {
 	if !f.detached.Load() {
 		f.l.MarkReady()
+	}
+}
+
+// ReadyUntil declares that the guard holds every key of the store and
+// will be trusted to until t, a lease: from t on, until the next
+// ReadyUntil or MarkReady, the Loader passes every lookup through, as if
+// invalidated. Each answer "absent" (and [Loader.Ready], and so the
+// readiness checks built on it) compares t with the monotonic clock when
+// it is given, not when the stream last ran, so a process that wakes from
+// a pause passes through until its stream proves it caught up.
+//
+// A stream extends the lease on evidence, judged by when the evidence was
+// sent: a heartbeat sent at s through the store's change stream came back
+// behind every change committed before s, so the guard is current as of
+// s, and a stream that promises lookups at most maxLag behind the store
+// calls ReadyUntil(s.Add(maxLag)). Take t from [time.Now] (it carries the
+// monotonic clock's reading: a change of the wall clock moves no lease);
+// the package doc says what the clock counts and what it does not.
+func (f *Feed[K]) ReadyUntil(t time.Time) {
+	if !f.detached.Load() {
+		f.l.readyUntil(t)
 	}
 }
 
@@ -129,6 +159,26 @@ func (f *Feed[K]) MarkReady() {
 func (f *Feed[K]) Invalidate() {
 	if !f.detached.Load() {
 		f.l.Invalidate()
+	}
+}
+
+// SetKeyRule installs the store's rule for the text of its keys in the
+// Loader: canon returns the one form in which the store's keys reach the
+// guard (the stream's, the read's), for a key in any text the store
+// reads as that key (a citext column's "Alice@Example.com" is
+// "alice@example.com"), or an error for a text it cannot judge. From then
+// on every entry of the Loader applies it: [Loader.Get], [Loader.GetMany]
+// and [Loader.MayContain] (and so the middleware and rpcguard) look up
+// the key's form, and pass a key canon cannot judge to the store as it
+// is, never answering it absent; [Loader.Insert] and
+// [Loader.InsertGenerated] add the key's form, and refuse, writing
+// nothing, a key canon cannot judge; the store's lookup gets the key's
+// form. A caller need not know the rule. nil removes it, and so does
+// [Feed.Detach]. canon must be safe for concurrent use and fast: every
+// lookup calls it.
+func (f *Feed[K]) SetKeyRule(canon func(K) (K, error)) {
+	if !f.detached.Load() {
+		f.l.setKeyRule(canon)
 	}
 }
 

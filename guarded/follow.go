@@ -33,7 +33,18 @@ func (l *Loader[K, V]) detach(f *Feed[K]) {
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
 	l.Invalidate()
-	l.feed.CompareAndSwap(f, nil)
+	if l.feed.CompareAndSwap(f, nil) {
+		l.rule.Store(nil)
+	}
+}
+
+// setKeyRule is Feed.SetKeyRule's part in the Loader.
+func (l *Loader[K, V]) setKeyRule(canon func(K) (K, error)) {
+	if canon == nil {
+		l.rule.Store(nil)
+		return
+	}
+	l.rule.Store(&keyRule[K]{canon: canon})
 }
 
 // applyChange is Feed.Apply's part in the Loader.

@@ -12,9 +12,13 @@ import (
 // request twice; the middleware counts its own), and does not allocate
 // for string and integer keys.
 func (l *Loader[K, V]) MayContain(key K) bool {
-	ready, v := l.readyView()
+	key, judged := l.canon(key)
+	if !judged {
+		return true
+	}
+	until, v := l.readyView()
 	h := l.codec.hash(v.g, key)
-	return !ready || v.passes(h) || v.g.ContainsHash(h)
+	return until == notReady || v.passes(h) || v.g.ContainsHash(h) || !l.ready.holds(until)
 }
 
 // Get returns the value of key. If the Loader is ready and the guard knows
@@ -50,18 +54,25 @@ func (l *Loader[K, V]) Get(ctx context.Context, key K) (V, error) {
 	// The generation before the guard: a swap of the guard, an insert of
 	// key or a resync that happens after this point voids what we may
 	// cache below.
+	key, judged := l.canon(key)
 	gen := l.negGen.Load()
-	ready, v := l.readyView()
+	until, v := l.readyView()
 	h := l.codec.hash(v.g, key)
-	guarded := ready && !v.passes(h)
+	guarded := judged && until != notReady && !v.passes(h)
 	if !guarded && v.recheckAt != 0 {
 		l.recheck(v)
 	}
 	if guarded && !v.g.ContainsHash(h) {
 		// screen's first case, written out: the path the Loader exists
 		// for, 21 ns, of which the call cost 6% (BenchmarkLoaderGet).
-		l.avoided.Inc()
-		return zero, ErrNotFound
+		// The clock is read for an answer "absent" only (lease.go).
+		if l.ready.holds(until) {
+			l.avoided.Inc()
+			return zero, ErrNotFound
+		}
+		guarded = false
+	} else if guarded && l.neg != nil && !l.ready.holds(until) {
+		guarded = false // the negative cache answers "absent" too
 	}
 	d, absent := l.screenMaybe(key, h, gen, guarded)
 	if absent {
@@ -153,7 +164,8 @@ func (l *Loader[K, V]) settle(ctx context.Context, key K, s screening, val V, er
 	return *new(V), ErrNotFound
 }
 
-// readyView returns whether the Loader is ready and the view lookups use.
+// readyView returns the Loader's readiness, for [readiness.holds], and
+// the view lookups use.
 //
 // ready before cur: a resync swaps in its guard and then sets ready, so a
 // true ready guarantees that the guard loaded next is that one. And a
@@ -162,9 +174,9 @@ func (l *Loader[K, V]) settle(ctx context.Context, key K, s screening, val V, er
 // bumps negGen. Negative-cache entries are keyed by the generation, so one
 // cached under a hash of an old guard's seed is never trusted after the
 // swap.
-func (l *Loader[K, V]) readyView() (bool, *view) {
-	ready := l.ready.Load()
-	return ready, l.cur.Load()
+func (l *Loader[K, V]) readyView() (int64, *view) {
+	until := l.ready.load()
+	return until, l.cur.Load()
 }
 
 // load is one call of the store's lookup, bounded by WithLoadTimeout.

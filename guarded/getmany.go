@@ -29,8 +29,22 @@ func (l *Loader[K, V]) GetMany(ctx context.Context, keys []K) (vals []V, errs []
 		}
 		return vals, errs
 	}
+	// The keys in the form of the key rule, if any: spellings of one key
+	// are then looked up once. A key the rule cannot judge goes to the
+	// store as it is.
+	var unjudged []bool
+	if l.rule.Load() != nil {
+		canon := make([]K, len(keys))
+		unjudged = make([]bool, len(keys))
+		for i, k := range keys {
+			var judged bool
+			canon[i], judged = l.canon(k)
+			unjudged[i] = !judged
+		}
+		keys = canon
+	}
 	gen := l.negGen.Load() // before the guard: see readyView
-	ready, v := l.readyView()
+	until, v := l.readyView()
 	hs := make([]uint64, len(keys))
 	for i, k := range keys {
 		hs[i] = l.codec.hash(v.g, k)
@@ -39,8 +53,10 @@ func (l *Loader[K, V]) GetMany(ctx context.Context, keys []K) (vals []V, errs []
 		l.recheck(v)
 	}
 	maybe := make([]bool, len(keys))
+	ready := until != notReady
 	if ready {
 		v.g.ContainsManyHashes(hs, maybe)
+		ready = l.ready.holds(until) // one reading of the clock, after the guard's (lease.go)
 	}
 	// The keys the store must answer, first occurrence of each; the
 	// others copy its answer at the end.
@@ -56,7 +72,8 @@ func (l *Loader[K, V]) GetMany(ctx context.Context, keys []K) (vals []V, errs []
 		if _, seen := first[k]; seen {
 			continue
 		}
-		s, absent := l.screen(k, hs[i], gen, ready && !v.passes(hs[i]), maybe[i])
+		judged := unjudged == nil || !unjudged[i]
+		s, absent := l.screen(k, hs[i], gen, judged && ready && !v.passes(hs[i]), maybe[i])
 		if absent {
 			errs[i], first[k] = ErrNotFound, -1
 			continue

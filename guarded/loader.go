@@ -67,9 +67,10 @@ type Loader[K comparable, V any] struct {
 	unsettled *unsettled    // keys of inserts whose outcome is unknown, for rebuilds (unsettled.go)
 
 	// Readiness and the change feed (readiness.go, feed.go).
-	ready  atomic.Bool
-	filled atomic.Bool             // a Fill is running or has succeeded: no other may run
-	feed   atomic.Pointer[Feed[K]] // the attached change feed, or nil
+	ready  readiness                  // lease.go
+	rule   atomic.Pointer[keyRule[K]] // the store's key rule, or nil (keyrule.go)
+	filled atomic.Bool                // a Fill is running or has succeeded: no other may run
+	feed   atomic.Pointer[Feed[K]]    // the attached change feed, or nil
 
 	// Rebuilds (rebuild.go): a fresh guard filled in the background and
 	// swapped in for cur.
@@ -188,6 +189,7 @@ func New[K comparable, V any](g *guard.Guard, store Getter[K, V], opts ...Option
 		l.neg = newNegCache[K](c.negSize, c.negTTL, c.now)
 	}
 	l.unsettled = newUnsettled(c.maxUnsettled, c.settleTime)
+	l.ready.born = time.Now()
 	l.cur.Store(newView(g))
 	return l, nil
 }
@@ -214,9 +216,11 @@ func (l *Loader[K, V]) Guard() *guard.Guard {
 }
 
 // Ready reports whether the guard holds every key of the store, so that
-// the Loader answers ErrNotFound without asking the store.
+// the Loader answers ErrNotFound without asking the store. A Loader whose
+// feed holds a lease ([Feed.ReadyUntil]) is ready until the lease runs
+// out, on the clock at the moment Ready is called.
 func (l *Loader[K, V]) Ready() bool {
-	return l.ready.Load()
+	return l.ready.ready()
 }
 
 // isClosed reports whether Close has begun.

@@ -57,7 +57,8 @@ func BenchmarkLoaderGet(b *testing.B) {
 		// A request's context can be cancelled: Get then waits with a
 		// select, as it does under net/http.
 		cctx, cancel := context.WithCancel(ctx)
-		for _, c := range []struct{ name, key string }{{"present", "42"}, {"absent", "absent-x"}, {"false-positive", fp}} {
+		keys := []struct{ name, key string }{{"present", "42"}, {"absent", "absent-x"}, {"false-positive", fp}}
+		for _, c := range keys {
 			for _, cc := range []struct {
 				name string
 				ctx  context.Context
@@ -72,6 +73,24 @@ func BenchmarkLoaderGet(b *testing.B) {
 				})
 			}
 		}
+		// Ready on a lease, as under a follower: an answer "absent" reads
+		// the clock (Feed.ReadyUntil).
+		feed, err := l.AttachFeed()
+		if err != nil {
+			b.Fatal(err)
+		}
+		feed.ReadyUntil(time.Now().Add(time.Hour))
+		for _, c := range keys {
+			b.Run(fmt.Sprintf("negcache=%v/key=%s/ctx=background/ready=lease", neg, c.name), func(b *testing.B) {
+				calls.Store(0)
+				b.ReportAllocs()
+				for b.Loop() {
+					l.Get(ctx, c.key)
+				}
+				b.ReportMetric(float64(calls.Load())/float64(b.N), "store-calls/op")
+			})
+		}
+		feed.Detach()
 		if !neg {
 			// The store alone, for the Loader's overhead on present keys.
 			b.Run("direct/key=present", func(b *testing.B) {

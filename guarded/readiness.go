@@ -36,7 +36,7 @@ func (l *Loader[K, V]) Fill(ctx context.Context, keys iter.Seq2[K, error]) error
 		return errNil("Fill", "keys")
 	case l.isClosed():
 		return ErrClosed
-	case l.ready.Load():
+	case l.ready.load() != notReady:
 		return errors.New("guarded: Fill: the Loader is ready already: a second pass would add every key again")
 	case !l.filled.CompareAndSwap(false, true):
 		return errors.New("guarded: Fill: called again after a Fill that ran or runs: a second pass would add every key again")
@@ -47,7 +47,7 @@ func (l *Loader[K, V]) Fill(ctx context.Context, keys iter.Seq2[K, error]) error
 		l.filled.Store(false) // may be tried again
 		return wrap("fill", err)
 	}
-	l.ready.Store(true)
+	l.ready.set(true)
 	l.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "cuckooguard: guard filled",
 		slog.Int64("keys", n), slog.Duration("took", time.Since(start)))
 	l.checkFPR()
@@ -152,7 +152,7 @@ func (l *Loader[K, V]) CatchUp(ctx context.Context, changes iter.Seq2[Change[K],
 	case changes == nil:
 		return errNil("CatchUp", "changes")
 	}
-	if l.ready.Load() {
+	if l.ready.load() != notReady {
 		return errors.New("guarded: catch up: the Loader is ready already; CatchUp is for a Loader over a restored guard")
 	}
 	v := l.cur.Load()
@@ -172,15 +172,21 @@ func (l *Loader[K, V]) CatchUp(ctx context.Context, changes iter.Seq2[Change[K],
 		}
 		n++
 	}
-	l.ready.Store(true)
+	l.ready.set(true)
 	l.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "cuckooguard: guard caught up", slog.Int("changes", n))
 	return nil
 }
 
 // MarkReady declares that the guard holds every key of the store, for a
-// caller that filled it directly.
+// caller that filled it directly. The Loader is ready until [Loader.Invalidate],
+// without a lease (see [Feed.ReadyUntil]).
 func (l *Loader[K, V]) MarkReady() {
-	l.ready.Store(true)
+	l.ready.set(true)
+}
+
+// readyUntil is Feed.ReadyUntil's part in the Loader.
+func (l *Loader[K, V]) readyUntil(t time.Time) {
+	l.ready.lease(t)
 }
 
 // Invalidate declares that the guard may lack keys of the store (for
@@ -188,6 +194,6 @@ func (l *Loader[K, V]) MarkReady() {
 // until the Loader is ready again ([Feed.MarkReady], [Loader.Fill],
 // [Loader.CatchUp] or [Loader.MarkReady]).
 func (l *Loader[K, V]) Invalidate() {
-	l.ready.Store(false)
+	l.ready.set(false)
 	l.negGen.Add(1) // rows may have appeared that no insert told us of
 }

@@ -36,7 +36,7 @@ type Stats struct {
 func (l *Loader[K, V]) Stats() Stats {
 	v := l.cur.Load()
 	st := Stats{
-		Ready:              l.ready.Load(),
+		Ready:              l.ready.ready(),
 		StoreCalls:         uint64(l.storeCalls.Value()),
 		BatchCalls:         uint64(l.batchCalls.Value()),
 		Avoided:            uint64(l.avoided.Value()),

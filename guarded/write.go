@@ -36,6 +36,10 @@ func (l *Loader[K, V]) Insert(ctx context.Context, key K, write func(ctx context
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	key, err := l.canonWrite("Insert", key)
+	if err != nil {
+		return err
+	}
 	// The lock's stripe comes from the hash of the guard in use now. A
 	// feed's Replace may change the seed before the lock is taken (it
 	// waits for writeMu, below), so that two Inserts of one key may run
@@ -139,6 +143,10 @@ func (l *Loader[K, V]) InsertGenerated(ctx context.Context, write func(ctx conte
 	var addErr error
 	returned := false
 	add := func(key K) error {
+		key, err := l.canonWrite("InsertGenerated", key)
+		if err != nil {
+			return err
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		if returned {
@@ -146,7 +154,6 @@ func (l *Loader[K, V]) InsertGenerated(ctx context.Context, write func(ctx conte
 		}
 		a := added{key: key, h: l.codec.hash(cur.g, key)}
 		l.epoch(a.h).Add(1)
-		var err error
 		if a.inCur, err = l.add(cur, a.h); err != nil {
 			err = wrap("insert", err)
 			addErr = cmp.Or(addErr, err)
@@ -224,6 +231,7 @@ func (l *Loader[K, V]) Delete(ctx context.Context, key K, write func(ctx context
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	key, _ = l.canon(key) // a key the rule cannot judge was never added in another form
 	// The guard that was complete when the write began is the one to
 	// remove the key from: a guard still warming up, or one a rebuild
 	// swapped in meanwhile, may never have had it (its read ran after the
@@ -232,7 +240,7 @@ func (l *Loader[K, V]) Delete(ctx context.Context, key K, write func(ctx context
 	l.writeMu.RLock()
 	defer l.writeMu.RUnlock()
 	cur := l.cur.Load()
-	remove := l.ready.Load() && l.feed.Load() == nil
+	remove := l.ready.load() != notReady && l.feed.Load() == nil
 	existed, err := write(ctx)
 	if err != nil || !existed {
 		return err

@@ -29,6 +29,24 @@
 // whether a key may exist changes none of the Loader's counters, so the
 // handler's own Get is counted once.
 //
+// # What a rejection reveals
+//
+// A rejection tells a client that no row has the key, and no more than
+// the next handler's own 404 would if:
+//
+//   - it reads the same: the default body is the middleware's own, so set
+//     [WithRejectHandler] to what the handler writes for a row it does not
+//     find or will not show (another tenant's), byte for byte;
+//   - it comes after authentication and authorization: wrap the handler
+//     that already knows who asks (mux.Handle("GET /users/{id}",
+//     auth(mw.Wrap(getUser)))), or an unauthenticated caller tells 404
+//     (absent) from 401 (exists);
+//   - its speed tells nothing: the guard answers in microseconds, the
+//     handler after a store round trip. Key the guard by what the caller
+//     may see (a multi-tenant table by tenant and id), so that another
+//     tenant's row is absent to the guard as well, or delay rejections to
+//     the handler's usual time in a reject handler of your own.
+//
 // Usage:
 //
 //	users, err := guarded.New(g, guarded.GetterFunc[int64, User](db.LookupUser))

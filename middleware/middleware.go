@@ -134,7 +134,10 @@ func WithMethods(methods ...string) Option {
 
 // WithRejectHandler sets the handler that answers requests whose key is
 // absent. The default writes 404 Not Found with the problem+json body
-// {"type":"about:blank","title":"Not Found","status":404}.
+// {"type":"about:blank","title":"Not Found","status":404}. Give it the
+// function the next handler writes its own 404 with, so that a rejection
+// reads the same as a row the handler does not find or will not show
+// (another tenant's): see "What a rejection reveals" in the package doc.
 func WithRejectHandler(h http.Handler) Option {
 	return func(c *config) { c.reject = h }
 }

@@ -50,8 +50,10 @@ type Config struct {
 	// guard to the object store, for new replicas to start from (through
 	// NATS). Default: fanout.DefaultSnapshotEvery.
 	SnapshotEvery time.Duration
-	// Logger is where the Loaders, the followers and the relay log.
-	// Default: nowhere.
+	// Logger is where the Loaders, the followers and the relay log: a
+	// table read, a follower that stops following and why, the relay's
+	// takeovers. Default: slog.Default(); slog.New(slog.DiscardHandler)
+	// logs nothing.
 	Logger *slog.Logger
 }
 
@@ -98,7 +100,7 @@ func Start(ctx context.Context, cfg Config, tables ...Guarded) (*Service, error)
 		s.dsn = cfg.Pool.Config().ConnString()
 	}
 	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
+		s.log = slog.Default()
 	}
 	if s.cfg.Origin == "" {
 		host, err := os.Hostname()

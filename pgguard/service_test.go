@@ -98,6 +98,9 @@ type replica struct {
 // start starts a replica named origin, logging to log (nil: nowhere).
 func (e *env) start(t *testing.T, origin string, log *slog.Logger) *replica {
 	t.Helper()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	r := &replica{
 		orders: &Table[int64, order]{Name: "orders", Column: "id", Get: func(ctx context.Context, id int64) (order, error) {
 			var o order

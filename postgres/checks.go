@@ -232,7 +232,7 @@ const identityExpr = `coalesce(to_regclass($6)::oid::text, '-') || ' ' || coales
 // keyFormsVersion names the canonical forms of keyform.go: a change to
 // any of them changes it, so that guards and streams of the old forms are
 // read again (publicationVersion). "k1" is the first with forms.
-const keyFormsVersion = "k1"
+const keyFormsVersion = "k2"
 
 // readPublicationVersion returns the version (publicationVersion) of the
 // publication of r now.

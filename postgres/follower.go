@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cuckooguard/cuckooguard/guarded"
+	"github.com/cuckooguard/cuckooguard/internal/mono"
 	"github.com/cuckooguard/cuckooguard/internal/options"
 )
 
@@ -23,9 +24,15 @@ type State int32
 const (
 	PassThrough State = iota // not connected: the Loader passes every lookup through
 	Resyncing                // reading the table, or catching up from a saved position; lookups pass through
-	Following                // applying changes as they arrive
+	Following                // applying changes as they arrive, as a heartbeat sent less than the max lag ago proved
 	Behind                   // applying changes more than the max lag late; lookups pass through
 )
+
+// A follower is Following only while the last heartbeat back was sent
+// less than the max lag ago: the Loader's readiness is a lease to that
+// moment ([guarded.Feed.ReadyUntil]), and Stats judges the state by the
+// same lease when it is called, so that a process that wakes from a pause
+// reports Behind before its follower's goroutine has run.
 
 func (s State) String() string {
 	switch s {
@@ -110,9 +117,10 @@ type Follower[K comparable] struct {
 	registry     config     // where cuckooguard_slots is (WithRegistry)
 
 	state          atomic.Int32
-	rtt            atomic.Int64 // nanoseconds: the round trip of the last heartbeat (or marker) back
-	unconfirmed    atomic.Int64 // unix nanoseconds since which nothing confirms the guard is current; 0: all confirmed
-	retryDelay     atomic.Int64 // nanoseconds: the wait before the last reconnect
+	readyTill      mono.Deadline // until when Following holds (grant)
+	rtt            atomic.Int64  // nanoseconds: the round trip of the last heartbeat (or marker) back
+	unconfirmed    atomic.Int64  // unix nanoseconds since which nothing confirms the guard is current; 0: all confirmed
+	retryDelay     atomic.Int64  // nanoseconds: the wait before the last reconnect
 	applied        atomic.Int64
 	skipped        atomic.Int64
 	resyncs        atomic.Int64
@@ -250,6 +258,9 @@ func (f *Follower[K]) Run(ctx context.Context) error {
 	}
 	f.feed = feed
 	defer feed.Detach()
+	if rule := f.tags.KeyRule(); rule != nil {
+		feed.SetKeyRule(rule) // a caller's key in any text the database reads as it
+	}
 	f.unconfirmed.CompareAndSwap(0, time.Now().UnixNano()) // nothing confirmed yet
 	f.pending = ReadStart
 	defer f.saveOnExit()

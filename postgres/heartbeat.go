@@ -137,7 +137,7 @@ func (f *Follower[K]) control(s *session, payload string, now time.Time) (bool, 
 			s.hb.rtt = now.Sub(s.hb.markerSent)
 			s.hb.confirmedAt = s.hb.markerSent
 			f.confirm(&s.hb)
-			f.feed.MarkReady()
+			f.grant(s.hb.confirmedAt)
 			f.state.Store(int32(Following))
 			*s.following = now
 		}
@@ -154,8 +154,12 @@ func (f *Follower[K]) control(s *session, payload string, now time.Time) (bool, 
 		}
 		if seq, err := strconv.ParseInt(seqText, 10, 64); err == nil && s.hb.back(seq, now) {
 			f.lastBeat.Store(now.UnixNano())
-			if State(f.state.Load()) != Resyncing {
+			switch State(f.state.Load()) {
+			case Following:
 				f.confirm(&s.hb)
+				f.grant(s.hb.confirmedAt)
+			case Behind:
+				f.confirm(&s.hb) // checkLag grants the lease when the lag allows
 			}
 		}
 		return true, nil
@@ -206,7 +210,7 @@ func (f *Follower[K]) tick(s *session, now time.Time, noMarker func(waited time.
 		return failed(ReasonHeartbeatLost, fmt.Errorf("postgres: follower: nothing arrived for %v with a heartbeat out: the connection is dead%s",
 			now.Sub(s.hb.last).Round(time.Millisecond), f.walsenderSays(s, now)))
 	}
-	f.checkLag(now)
+	f.checkLag(&s.hb, now)
 	if !now.Before(s.next) {
 		select {
 		case s.beats <- fmt.Sprintf("H %s-%d", s.hb.session, s.hb.seq+1):
@@ -312,7 +316,7 @@ func (f *Follower[K]) lagAt(now time.Time) time.Duration {
 }
 
 // checkLag moves between Following and Behind by the lag at now.
-func (f *Follower[K]) checkLag(now time.Time) {
+func (f *Follower[K]) checkLag(hb *heartbeats, now time.Time) {
 	lag := f.lagAt(now)
 	switch st := State(f.state.Load()); {
 	case st == Following && lag > f.maxLag:
@@ -321,7 +325,31 @@ func (f *Follower[K]) checkLag(now time.Time) {
 		f.feed.Invalidate()
 		f.state.Store(int32(Behind))
 	case st == Behind && lag < f.maxLag/2:
-		f.feed.MarkReady()
+		f.grant(hb.confirmedAt)
 		f.state.Store(int32(Following))
 	}
+}
+
+// grant makes the Loader ready until the max lag after asOf, when the
+// last marker or heartbeat back was sent: every change committed before
+// asOf is applied (a lease, [guarded.Feed.ReadyUntil]). Judged by when it
+// was sent, a heartbeat that was out while this process was paused grants
+// a lease that has run out already, and the Loader passes through until
+// one sent after the pause comes back. The state that Stats reports is
+// judged by the same lease, when it is read (stateAt).
+func (f *Follower[K]) grant(asOf time.Time) {
+	until := asOf.Add(f.maxLag)
+	f.feed.ReadyUntil(until)
+	f.readyTill.Set(until)
+}
+
+// stateAt is the follower's state at now: Following only while the lease
+// of its last grant holds; Behind once it has run out, before the
+// session's goroutine has seen it (a paused process, a stalled loop).
+func (f *Follower[K]) stateAt(now time.Time) State {
+	st := State(f.state.Load())
+	if st == Following && !f.readyTill.Holds(now) {
+		return Behind
+	}
+	return st
 }

@@ -70,6 +70,15 @@ func Install(ctx context.Context, conn Conn, table, keyColumn string) error {
 	trgName := name("cuckooguard_", strings.ReplaceAll(table, ".", "_"))
 	trg := pgx.Identifier{trgName}.Sanitize()
 	body := triggerBody(key, quoteLiteral(Channel(table)))
+	// The function prints keys in the settings the follower reads them
+	// in, whatever the writing session's (a driver's extra_float_digits
+	// of 0, a role's DateStyle): its SET clauses hold while it runs.
+	var sets strings.Builder
+	config := make([]string, len(outputPins))
+	for i, kv := range outputPins {
+		fmt.Fprintf(&sets, " SET %s = %s", kv[0], quoteLiteral(kv[1]))
+		config[i] = kv[0] + "=" + kv[1]
+	}
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("postgres: install: %w", err)
@@ -82,8 +91,8 @@ func Install(ctx context.Context, conn Conn, table, keyColumn string) error {
 	}
 	var installed bool
 	err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
-		WHERE t.tgrelid = to_regclass($1) AND t.tgname = $2 AND p.proname = $3 AND p.prosrc = $4)`,
-		tab, trgName, fnName, body).Scan(&installed)
+		WHERE t.tgrelid = to_regclass($1) AND t.tgname = $2 AND p.proname = $3 AND p.prosrc = $4 AND p.proconfig = $5::text[])`,
+		tab, trgName, fnName, body, config).Scan(&installed)
 	if err != nil {
 		return fmt.Errorf("postgres: install: %w", err)
 	}
@@ -93,7 +102,7 @@ func Install(ctx context.Context, conn Conn, table, keyColumn string) error {
 	stmts := []string{
 		`SET LOCAL lock_timeout = '10s'`,
 		`CREATE SEQUENCE IF NOT EXISTS cuckooguard_notify_seq`,
-		fmt.Sprintf(`CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $cg$%s$cg$`, fn, body),
+		fmt.Sprintf(`CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql%s AS $cg$%s$cg$`, fn, sets.String(), body),
 		fmt.Sprintf(`DROP TRIGGER IF EXISTS %s ON %s`, trg, tab),
 		fmt.Sprintf(`CREATE TRIGGER %s AFTER INSERT OR DELETE OR UPDATE OF %s ON %s FOR EACH ROW EXECUTE FUNCTION %s()`, trg, key, tab, fn),
 	}

@@ -154,17 +154,32 @@ func (m *lowerMap) canon(s string) (string, error) {
 
 // --- numeric -----------------------------------------------------------
 
-// maxNumericExp bounds the exponent canonNumeric takes: the server's
-// numeric holds 131072 digits before the point and 16383 after, and a
-// text beyond them is refused.
-const maxNumericExp = 1 << 18
+// The server's numeric holds up to 131072 digits before the point and
+// 16383 after it, and refuses a text beyond them ("value overflows
+// numeric format"); canonNumeric refuses it too. maxNumericExp bounds the
+// exponent it reads before it looks at the digits.
+const (
+	maxNumericWeight = 131072 // digits before the point
+	maxNumericScale  = 16383  // digits after it
+	maxNumericExp    = 1 << 18
+	// maxNumericPad is the most zeros the canonical form writes that
+	// the digits do not: a value whose decimal text would take more is
+	// written with an exponent, so that a key's form is never much
+	// longer than its text (1e131071 would be 131072 bytes).
+	maxNumericPad = 20
+)
 
 // canonNumeric returns the canonical form of a numeric: its value in
 // decimal, without a sign for 0, leading zeros or trailing fractional
 // zeros ("1.50" and "1.5e0" are "1.5", "-0.00" is "0"), and "NaN",
 // "Infinity", "-Infinity". numeric compares values, not scales: 1.50 =
-// 1.5. It reads what numeric_in reads, but for the underscores and
-// non-decimal integers of PostgreSQL 16.
+// 1.5. A value whose decimal text would hold more than maxNumericPad
+// zeros that are not among its significant digits is written as its
+// digits with an exponent ("1e+30", "1.5e-40"), whichever text it came
+// as: the form is at most about as long as the shortest text of the
+// value, never 30,000 times a request's size. It reads what numeric_in
+// reads, but for the underscores and non-decimal integers of PostgreSQL
+// 16, and refuses what numeric_in refuses for its size.
 func canonNumeric(s string) (string, error) {
 	if plainNumeric(s) {
 		return s, nil
@@ -213,12 +228,27 @@ func canonNumeric(s string) (string, error) {
 	if d == "" {
 		return "0", nil
 	}
+	if point > maxNumericWeight || len(d)-point > maxNumericScale {
+		return "", formErr("numeric", s, "value overflows numeric format")
+	}
 	var b strings.Builder
-	b.Grow(len(d) + 4 + max(point-len(d), -point, 0))
+	b.Grow(len(d) + 8 + min(max(point-len(d), -point, 0), maxNumericPad))
 	if neg {
 		b.WriteByte('-')
 	}
 	switch {
+	case max(point-len(d), -point) > maxNumericPad:
+		// d[0].d[1:] × 10^(point-1)
+		b.WriteString(d[:1])
+		if len(d) > 1 {
+			b.WriteByte('.')
+			b.WriteString(d[1:])
+		}
+		b.WriteString("e")
+		if point > 0 {
+			b.WriteByte('+')
+		}
+		b.WriteString(strconv.Itoa(point - 1))
 	case point <= 0:
 		b.WriteString("0.")
 		b.WriteString(strings.Repeat("0", -point))
@@ -235,7 +265,9 @@ func canonNumeric(s string) (string, error) {
 }
 
 // plainNumeric reports whether s is a numeric in canonical form: the
-// server's own output but for trailing fractional zeros.
+// server's own output but for trailing fractional zeros, with at most
+// maxNumericPad zeros before the digits of a fraction under 1 or after
+// those of an integer.
 func plainNumeric(s string) bool {
 	t := strings.TrimPrefix(s, "-")
 	intPart, frac, dot := strings.Cut(t, ".")
@@ -243,9 +275,12 @@ func plainNumeric(s string) bool {
 	case !digits(intPart) || intPart[0] == '0' && len(intPart) > 1:
 		return false
 	case dot:
-		return digits(frac) && frac[len(frac)-1] != '0'
+		return digits(frac) && frac[len(frac)-1] != '0' &&
+			(intPart != "0" || len(frac)-len(strings.TrimLeft(frac, "0")) <= maxNumericPad) &&
+			len(frac) <= maxNumericScale && len(intPart) <= maxNumericWeight
 	default:
-		return t != "0" || t == s // "-0" is not
+		return (t != "0" || t == s) && // "-0" is not
+			len(t)-len(strings.TrimRight(t, "0")) <= maxNumericPad && len(t) <= maxNumericWeight
 	}
 }
 
@@ -354,6 +389,9 @@ func canonTime(kind timeKind) func(string) (string, error) {
 			if rest != "" {
 				return bad("a date with more than a date")
 			}
+			if at.Before(firstTime) || !at.Before(dateEnd) {
+				return bad("date out of range")
+			}
 			return formatTime(kind, at), nil
 		}
 		if rest != "" {
@@ -387,9 +425,21 @@ func canonTime(kind timeKind) func(string) (string, error) {
 		} else if kind == kindTimestamptz {
 			return bad("no time and offset: the looking-up session's TimeZone would decide the instant")
 		}
+		if at.Before(firstTime) || !at.Before(timestampEnd) {
+			return bad("timestamp out of range")
+		}
 		return formatTime(kind, at), nil
 	}
 }
+
+// The server's range of dates and timestamps (a timestamp with time
+// zone's in UTC): from 4714-11-24 BC (Julian day 0) to the day before
+// dateEnd, or before timestampEnd. A text outside it is refused.
+var (
+	firstTime    = time.Date(-4713, time.November, 24, 0, 0, 0, 0, time.UTC)
+	dateEnd      = time.Date(5874898, time.January, 1, 0, 0, 0, 0, time.UTC)
+	timestampEnd = time.Date(294277, time.January, 1, 0, 0, 0, 0, time.UTC)
+)
 
 // daysIn returns the days of month m of year y (proleptic Gregorian, year
 // 0 is 1 BC), as the server counts them.
@@ -518,15 +568,27 @@ func appendPadded(b []byte, v, width int) []byte {
 // output in the postgres IntervalStyle, and integer amounts of
 // microseconds to years ("90 minutes"); it refuses fractional amounts
 // ("1.5 days"), which the server spreads over the smaller units, "ago",
-// and the other IntervalStyles.
+// and the other IntervalStyles. It also refuses a text whose value
+// depends on the reading session's IntervalStyle: a first field with a
+// minus and a later one without a sign ("-1 days 02:00:00" is -22 hours
+// to a session in the postgres style, -26 to one in sql_standard, which
+// a role or database may set for the service's own queries); the
+// server's output, and the form, sign every field after a negative one.
 func canonInterval(s string) (string, error) {
 	bad := func(why string) (string, error) { return "", formErr("interval", s, why) }
 	f := strings.Fields(trimPGSpace(s))
 	if len(f) == 0 || len(f) > 32 {
 		return bad("want amounts and units")
 	}
+	if strings.HasPrefix(f[0], "-") {
+		for i := 2; i < len(f); i++ {
+			if (strings.Contains(f[i], ":") || i%2 == 0) && f[i][0] != '-' && f[i][0] != '+' {
+				return bad("a field without a sign after a negative one: its sign depends on the session's IntervalStyle; sign every field")
+			}
+		}
+	}
 	const day = 86_400_000_000
-	months, days, us := new(big.Int), new(big.Int), new(big.Int)
+	years, months, days, us := new(big.Int), new(big.Int), new(big.Int), new(big.Int)
 	for i := 0; i < len(f); i++ {
 		if strings.Contains(f[i], ":") {
 			if i != len(f)-1 {
@@ -552,6 +614,9 @@ func canonInterval(s string) (string, error) {
 				v.Neg(v)
 			}
 			us.Add(us, v)
+			if !us.IsInt64() {
+				return bad("interval field value out of range")
+			}
 			continue
 		}
 		if i+1 >= len(f) {
@@ -564,7 +629,7 @@ func canonInterval(s string) (string, error) {
 		i++
 		switch strings.ToLower(f[i]) {
 		case "year", "years":
-			months.Add(months, n.Mul(n, big.NewInt(12)))
+			years.Add(years, n)
 		case "mon", "mons", "month", "months":
 			months.Add(months, n)
 		case "week", "weeks":
@@ -584,32 +649,92 @@ func canonInterval(s string) (string, error) {
 		default:
 			return bad("unknown unit " + f[i])
 		}
+		// The server adds each amount to its field with a check: years,
+		// months and days are int32, the time int64 microseconds.
+		if !fitsInt32(years) || !fitsInt32(months) || !fitsInt32(days) || !us.IsInt64() {
+			return bad("interval field value out of range")
+		}
+	}
+	if months.Add(months, years.Mul(years, big.NewInt(12))); !fitsInt32(months) {
+		return bad("interval out of range")
 	}
 	// span = (months × 30 + days) days + us, as the server compares.
 	span := new(big.Int).Mul(months, big.NewInt(30))
 	span.Add(span, days)
 	span.Mul(span, big.NewInt(day))
 	span.Add(span, us)
-	dd, rem := new(big.Int).QuoRem(span, big.NewInt(day), new(big.Int))
-	var b strings.Builder
-	if dd.Sign() != 0 {
-		b.WriteString(dd.String())
-		b.WriteString(" days")
+	return formatSpan(span), nil
+}
+
+// formatSpan writes an interval of span microseconds in the one text
+// the forms give it, which the server reads back as an equal interval:
+// whole days and the time of day ("1 days 12:00:00", "-22:00:00"),
+// with the days in the days field while they fit its int32. Past that the
+// fewest months of 30 days that let the days fit go first, and past
+// int32 months the days that still do not fit go into the time ("2147483647
+// mons 2147483647 days 2562047788:00:54.775807"): the span of any interval
+// the server holds fits.
+func formatSpan(span *big.Int) string {
+	const day = 86_400_000_000
+	neg := span.Sign() < 0
+	a := new(big.Int).Abs(span)
+	dd, rem := new(big.Int).QuoRem(a, big.NewInt(day), new(big.Int))
+	var months, days int64
+	t := rem.Int64()
+	if dd.IsInt64() && dd.Int64() <= math.MaxInt32 {
+		days = dd.Int64()
+	} else {
+		// The fewest months: ceil((dd - MaxInt32) / 30), at most MaxInt32.
+		m := new(big.Int).Sub(dd, big.NewInt(math.MaxInt32-29))
+		m.Quo(m, big.NewInt(30))
+		if !m.IsInt64() || m.Int64() > math.MaxInt32 {
+			m.SetInt64(math.MaxInt32)
+		}
+		months = m.Int64()
+		d := new(big.Int).Sub(dd, m.Mul(m, big.NewInt(30)))
+		if d.Cmp(big.NewInt(math.MaxInt32)) > 0 {
+			extra := new(big.Int).Sub(d, big.NewInt(math.MaxInt32))
+			t += extra.Int64() * day // within int64: the rest came from the time field
+			d.SetInt64(math.MaxInt32)
+		}
+		days = d.Int64()
 	}
-	if rem.Sign() != 0 || dd.Sign() == 0 {
+	var b strings.Builder
+	field := func(v int64, unit string) {
 		if b.Len() > 0 {
 			b.WriteByte(' ')
 		}
-		r := rem.Int64()
-		if r < 0 {
+		if neg {
 			b.WriteByte('-')
-			r = -r
 		}
-		at := time.Unix(0, 0).UTC().Add(time.Duration(r) * time.Microsecond)
-		clock := formatTime(kindTimestamp, at)
-		b.WriteString(clock[len("1970-01-01 "):])
+		b.WriteString(strconv.FormatInt(v, 10))
+		b.WriteString(unit)
 	}
-	return b.String(), nil
+	if months != 0 {
+		field(months, " mons")
+	}
+	if days != 0 {
+		field(days, " days")
+	}
+	if t != 0 || months == 0 && days == 0 {
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		if neg && t != 0 {
+			b.WriteByte('-')
+		}
+		const hour = 3_600_000_000
+		at := time.Unix(0, 0).UTC().Add(time.Duration(t%hour) * time.Microsecond)
+		clock := formatTime(kindTimestamp, at) // "1970-01-01 00:mm:ss[.fraction]"
+		b.WriteString(fmt.Sprintf("%02d", t/hour))
+		b.WriteString(clock[len("1970-01-01 00"):])
+	}
+	return b.String()
+}
+
+// fitsInt32 reports whether v fits an int32.
+func fitsInt32(v *big.Int) bool {
+	return v.IsInt64() && v.Int64() >= math.MinInt32 && v.Int64() <= math.MaxInt32
 }
 
 // --- inet, cidr -------------------------------------------------------------

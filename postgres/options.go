@@ -96,9 +96,13 @@ func WithHeartbeatDeadline(d time.Duration) Option {
 // heartbeat, or the age of the oldest heartbeat not back yet, whichever is
 // larger (changes arrive in commit order, so a heartbeat waits behind
 // every change committed before it). The default is 1.5× the heartbeat
-// interval ([DefaultMaxLag] with the default heartbeat). A committed row
-// can read absent on a following replica for at most about the max lag
-// plus a heartbeat.
+// interval ([DefaultMaxLag] with the default heartbeat). The Loader's
+// readiness is a lease that runs out the max lag after the last heartbeat
+// back was sent ([guarded.Feed.ReadyUntil]), compared with the clock by
+// every lookup: a committed row reads absent on a following replica for
+// at most the max lag, a paused process included. A max lag under the
+// heartbeat interval plus its round trip lets the lease lapse between
+// heartbeats, and lookups pass through then.
 func WithMaxLag(d time.Duration) Option {
 	return func(c *config) { c.maxLag = d }
 }

@@ -74,14 +74,15 @@ func (f *Follower[K]) Stats() FollowerStats {
 		reads[r] = n
 	}
 	f.mu.Unlock()
+	now := time.Now()
 	st := FollowerStats{
-		State:            State(f.state.Load()),
+		State:            f.stateAt(now),
 		Applied:          f.applied.Load(),
 		Skipped:          f.skipped.Load(),
 		Resyncs:          f.resyncs.Load(),
 		Failures:         f.failures.Load(),
 		BackendPID:       f.pid.Load(),
-		Lag:              f.lagAt(time.Now()),
+		Lag:              f.lagAt(now),
 		Heartbeats:       f.beats.Load(),
 		HeartbeatsLost:   f.beatsLost.Load(),
 		RetryDelay:       time.Duration(f.retryDelay.Load()),

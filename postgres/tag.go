@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -360,4 +361,31 @@ func keyTypeConn(ctx context.Context, conf *pgx.ConnConfig) (*pgx.Conn, error) {
 		return nil, fmt.Errorf("postgres: read the key column's type: %w", err)
 	}
 	return conn, nil
+}
+
+// KeyRule returns the key rule a follower installs in its Loader
+// ([guarded.Feed.SetKeyRule]), so that every entry of the Loader, and the
+// middleware and rpcguard through it, takes a key in any text the
+// database reads as it, as [Tagger.Key] does: the key's text (the
+// Tagger's text function), its canonical form for the column's type, and
+// parse of that. It is nil for keys whose type is not a string kind (an
+// integer, a [16]byte uuid: one form per value already). Until the
+// column's forms are known (a follower reads them at its first session,
+// before its Loader is ready) it returns keys as they are. It reads
+// nothing from the database.
+func (t *Tagger[K]) KeyRule() func(K) (K, error) {
+	if reflect.TypeFor[K]().Kind() != reflect.String {
+		return nil
+	}
+	return func(k K) (K, error) {
+		r := t.rule.Load()
+		if r == nil || r.canon == nil {
+			return k, nil
+		}
+		s, err := r.key(t.text(k))
+		if err != nil {
+			return k, err
+		}
+		return t.parse(s)
+	}
 }

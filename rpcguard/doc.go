@@ -64,9 +64,30 @@
 //		return err
 //	}
 //	go h.Run(ctx)
-//	healthpb.RegisterHealthServer(srv, hs)
+//	healthpb.RegisterHealthServer(srv, h.Server(hs)) // Check asks users at the call
 //
 // and for Connect:
 //
 //	path, handler := usersv1connect.NewUserServiceHandler(svc, connect.WithInterceptors(ic))
+//
+// # What a rejection reveals
+//
+// A rejection tells a client that no row has the key. Three things can
+// tell it more than the handler would:
+//
+//   - Its content. By default a rejection carries a google.rpc.ErrorInfo
+//     ([ErrorReason]) that [FromGuard] reads. A handler that answers
+//     NotFound for a row the caller may not see (another tenant's) is then
+//     told apart from a key that does not exist: the caller learns which
+//     keys exist. [WithRejection] with the handler's own status makes the
+//     two answers the same bytes.
+//   - Its place in the chain. Chain the interceptor after authentication
+//     and authorization: in front of them, an unauthenticated caller tells
+//     NotFound (absent) from Unauthenticated (exists).
+//   - Its speed. The guard answers in microseconds, the handler after a
+//     store round trip: a caller who times the answers can tell the two
+//     apart whatever their content. Where that matters, key the guard by
+//     what the caller may see (a multi-tenant table by tenant and id), so
+//     that another tenant's row is absent to the guard too, or delay
+//     rejections to the handler's usual time in an interceptor of your own.
 package rpcguard

@@ -18,27 +18,42 @@ const (
 	ErrorDomain = "github.com/cuckooguard/cuckooguard" // ErrorInfo.domain
 )
 
-// rejection returns the gRPC error, and the Connect error detail, of a
-// rejection with message msg.
-func rejection(msg string) (error, *connect.ErrorDetail, error) {
-	info := &errdetails.ErrorInfo{Reason: ErrorReason, Domain: ErrorDomain}
-	st, err := status.New(codes.NotFound, msg).WithDetails(info)
-	if err != nil {
-		return nil, nil, fmt.Errorf("rpcguard: the rejection's status: %w", err)
+// setRejection sets the gRPC error and the Connect code, message and
+// details of a rejection: c's WithRejection status, or NotFound with c's
+// message and the guard's ErrorInfo.
+func (ic *Interceptor[K]) setRejection(c config) error {
+	st := c.rejection
+	if st == nil {
+		var err error
+		info := &errdetails.ErrorInfo{Reason: ErrorReason, Domain: ErrorDomain}
+		if st, err = status.New(codes.NotFound, c.message).WithDetails(info); err != nil {
+			return fmt.Errorf("rpcguard: the rejection's status: %w", err)
+		}
+	} else if st.Code() == codes.OK {
+		return errors.New("rpcguard: New: WithRejection: the status is OK, which is no rejection")
 	}
-	detail, err := connect.NewErrorDetail(info)
-	if err != nil {
-		return nil, nil, fmt.Errorf("rpcguard: the rejection's error detail: %w", err)
+	ic.grpcErr = st.Err()
+	ic.connectCode = connect.Code(st.Code())
+	ic.message = errors.New(st.Message())
+	ic.errorDetails = nil
+	for _, d := range st.Proto().GetDetails() {
+		detail, err := connect.NewErrorDetail(d)
+		if err != nil {
+			return fmt.Errorf("rpcguard: the rejection's error detail: %w", err)
+		}
+		ic.errorDetails = append(ic.errorDetails, detail)
 	}
-	return st.Err(), detail, nil
+	return nil
 }
 
 // connectErr returns a new Connect rejection. A *connect.Error is not
 // shared between requests, as the gRPC one is: its Meta can be written
 // to.
 func (ic *Interceptor[K]) connectErr() error {
-	err := connect.NewError(connect.CodeNotFound, ic.message)
-	err.AddDetail(ic.errorDetail)
+	err := connect.NewError(ic.connectCode, ic.message)
+	for _, d := range ic.errorDetails {
+		err.AddDetail(d)
+	}
 	return err
 }
 

@@ -99,7 +99,7 @@ func Example_grpc() {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	go h.Run(ctx)
-	healthpb.RegisterHealthServer(srv, hs)
+	healthpb.RegisterHealthServer(srv, h.Server(hs)) // Check asks users at the call
 
 	ln, err := net.Listen("tcp", "127.0.0.1:50051")
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -110,7 +111,7 @@ type Health struct {
 //		return err
 //	}
 //	go h.Run(ctx)
-//	healthpb.RegisterHealthServer(srv, hs)
+//	healthpb.RegisterHealthServer(srv, h.Server(hs)) // Check asks users at the call
 func NewHealth(r Readier, s StatusSetter, opts ...HealthOption) (*Health, error) {
 	switch {
 	case isNil(r):
@@ -172,4 +173,44 @@ func (h *Health) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// Server returns a grpc.health.v1 server that answers Check for the
+// Health's services by asking the Readier at the moment of the call:
+// NOT_SERVING while it is not ready, and inner's answer while it is (inner
+// may say NOT_SERVING for its own reasons, such as a shutdown). Register
+// it in inner's place. Without it a Check is answered from the status
+// [Health.Run] last set, up to a poll interval old, and a process that
+// wakes from a pause (SIGSTOP, a frozen host) would answer SERVING from
+// before the pause until Run's goroutine runs; a Loader's readiness under
+// a follower is a lease that has run out by then (guarded.Feed.ReadyUntil).
+// Watch, List, and Check of other services are inner's: a Watch stream
+// hears a change when Run sets it.
+//
+//	hs := health.NewServer()
+//	h, err := rpcguard.NewHealth(users, hs)
+//	...
+//	go h.Run(ctx)
+//	healthpb.RegisterHealthServer(srv, h.Server(hs))
+//
+// For Connect, answer grpchealth's Check the same way: a Checker that
+// returns StatusNotServing unless the Readier is ready, and asks a
+// grpchealth.StaticChecker otherwise.
+func (h *Health) Server(inner healthpb.HealthServer) healthpb.HealthServer {
+	return checkedHealth{HealthServer: inner, h: h}
+}
+
+// checkedHealth is [Health.Server]'s server.
+type checkedHealth struct {
+	healthpb.HealthServer // List, Watch, other services, and Check while ready
+	h                     *Health
+}
+
+// Check answers NOT_SERVING for a service of the Health whose Readier is
+// not ready now, and asks the inner server otherwise.
+func (c checkedHealth) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	if slices.Contains(c.h.cfg.services, req.GetService()) && !c.h.r.Ready() {
+		return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_NOT_SERVING}, nil
+	}
+	return c.HealthServer.Check(ctx, req)
 }

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/rpcguard"
 	"github.com/cuckooguard/cuckooguard/rpcguard/internal/testpb/testpbconnect"
 )
@@ -212,3 +215,71 @@ func TestNewHealthRefuses(t *testing.T) {
 
 // grpc's health server is a StatusSetter as it is.
 var _ rpcguard.StatusSetter = (*health.Server)(nil)
+
+// TestHealthServerChecksAtCall: Health.Server answers Check from the
+// Loader's readiness at the moment of the call, not from the status Run
+// last set: a lease that ran out while nothing ran (a paused process) is
+// NOT_SERVING at once, with no Run at all.
+func TestHealthServerChecksAtCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, err := guard.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := guarded.New(g, guarded.GetterFunc[int64, string](func(context.Context, int64) (string, error) { return "", guarded.ErrNotFound }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		feed, err := l.AttachFeed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer feed.Detach()
+		feed.ReadyUntil(time.Now().Add(150 * time.Millisecond))
+		hs := health.NewServer()
+		h, err := rpcguard.NewHealth(l, hs, rpcguard.WithServices("", testpbconnect.UsersName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := h.Server(hs)
+		ctx := context.Background()
+		status := func(svc string) healthpb.HealthCheckResponse_ServingStatus {
+			t.Helper()
+			resp, err := srv.Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+			if err != nil {
+				t.Fatalf("Check(%q): %v", svc, err)
+			}
+			return resp.GetStatus()
+		}
+		for _, svc := range []string{"", testpbconnect.UsersName} {
+			if got := status(svc); got != healthpb.HealthCheckResponse_SERVING {
+				t.Fatalf("Check(%q) under the lease = %v, want SERVING", svc, got)
+			}
+		}
+		hs.SetServingStatus("other", healthpb.HealthCheckResponse_SERVING)
+		time.Sleep(150 * time.Millisecond) // the lease runs out; Run never runs
+		for _, svc := range []string{"", testpbconnect.UsersName} {
+			if got := status(svc); got != healthpb.HealthCheckResponse_NOT_SERVING {
+				t.Fatalf("Check(%q) after the lease ran out = %v, want NOT_SERVING (the health server still says %v)", svc, got, healthStatus(t, hs, svc))
+			}
+		}
+		if got := status("other"); got != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("Check of a service the Health does not own = %v, want the inner server's SERVING", got)
+		}
+		feed.ReadyUntil(time.Now().Add(150 * time.Millisecond))
+		if got := status(""); got != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("Check under a new lease = %v, want SERVING", got)
+		}
+	})
+}
+
+// healthStatus is what hs itself answers for svc.
+func healthStatus(t *testing.T, hs *health.Server, svc string) healthpb.HealthCheckResponse_ServingStatus {
+	t.Helper()
+	resp, err := hs.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetStatus()
+}

@@ -40,7 +40,8 @@ type Keys[K comparable] map[string]Key[K]
 type Option func(*config)
 
 type config struct {
-	message string
+	message   string
+	rejection *status.Status // WithRejection; nil: NotFound with message and the guard's ErrorInfo
 }
 
 // DefaultMessage is the message of a rejection's status unless
@@ -52,6 +53,21 @@ const DefaultMessage = "not found"
 // missing row ("user not found"). The default is [DefaultMessage].
 func WithMessage(msg string) Option {
 	return func(c *config) { c.message = msg }
+}
+
+// WithRejection makes the answer to a request for an absent key st
+// itself, detail for detail: give it the status the handler returns for a
+// row it does not find, or will not show, and a client cannot tell the
+// guard's answer from the handler's by its content. Without it a
+// rejection carries a google.rpc.ErrorInfo (reason [ErrorReason]) that
+// [FromGuard] reads: convenient in logs and tests, but it tells a client
+// that the guard answered, so a handler that answers NotFound to hide
+// another tenant's row would be told apart from a row that does not exist
+// (see the package doc's "What a rejection reveals"). Over Connect the
+// rejection has st's code, message and details. WithRejection replaces
+// [WithMessage]; an OK status is an error from [New].
+func WithRejection(st *status.Status) Option {
+	return func(c *config) { c.rejection = st }
 }
 
 // Interceptor answers NotFound, without calling the handler, for requests
@@ -66,9 +82,10 @@ type Interceptor[K comparable] struct {
 	methods    map[string]*method[K] // by full name; read-only after New
 	unfiltered *xsync.Counter
 
-	grpcErr     error // the gRPC rejection: immutable, so one value serves every request
-	message     error // the Connect rejection's message
-	errorDetail *connect.ErrorDetail
+	grpcErr      error                  // the gRPC rejection: immutable, so one value serves every request
+	connectCode  connect.Code           // the Connect rejection's code,
+	message      error                  // message
+	errorDetails []*connect.ErrorDetail // and details
 }
 
 // method is a guarded method: how its key is taken, and its counters.
@@ -107,11 +124,9 @@ func New[K comparable](f Filter[K], keys Keys[K], opts ...Option) (*Interceptor[
 		}
 		ic.methods[name] = m
 	}
-	var err error
-	if ic.grpcErr, ic.errorDetail, err = rejection(c.message); err != nil {
+	if err := ic.setRejection(c); err != nil {
 		return nil, err
 	}
-	ic.message = errors.New(c.message)
 	return ic, nil
 }
 

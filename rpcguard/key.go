@@ -1,6 +1,7 @@
 package rpcguard
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"reflect"
@@ -36,8 +37,10 @@ type extractor[K comparable] func(req any) (K, bool)
 //	uint32   uint32, fixed32
 //	string   string, bytes
 //
-// For other key types (a named type of the Loader, a key made of several
-// fields, a field of a nested message), use [Func].
+// A bytes field gives a string key of its bytes as they are; for the key
+// of a bytea column, whose guard holds keys as text (\x and hex), use
+// [Bytea]. For other key types (a named type of the Loader, a key made of
+// several fields, a field of a nested message), use [Func].
 //
 // A field that is not set is a missing key: the request passes. A proto3
 // field without presence (declared without optional) counts as not set
@@ -60,6 +63,33 @@ func Field[K comparable](name string) Key[K] {
 			return nil, fmt.Errorf("in %s: %w", in.FullName(), err)
 		}
 		return fieldExtractor(in, fd, conv), nil
+	}}
+}
+
+// Bytea takes the key of a bytea column from the request's bytes field of
+// the given protobuf name: the field's bytes as the text in which the
+// database prints them, and the postgres followers hold them ("\x" and
+// lower-case hex: the bytes 0x01 0xff are `\x01ff`). [Field] would give
+// the raw bytes, which are not that text: every lookup of a present key
+// would read absent. [New] checks that the field is a single bytes field.
+func Bytea(name string) Key[string] {
+	return Key[string]{desc: fmt.Sprintf("bytea field %q", name), bind: func(in protoreflect.MessageDescriptor) (extractor[string], error) {
+		fd := in.Fields().ByName(protoreflect.Name(name))
+		switch {
+		case fd == nil:
+			return nil, fmt.Errorf("%s has no such field (fields go by their protobuf names, as in the .proto file)", in.FullName())
+		case fd.IsMap() || fd.IsList():
+			return nil, fmt.Errorf("repeated or a map in %s, not one key", in.FullName())
+		case fd.Kind() != protoreflect.BytesKind:
+			return nil, fmt.Errorf("a %s field in %s: Bytea takes a bytes field", fd.Kind(), in.FullName())
+		}
+		return fieldExtractor(in, fd, func(v protoreflect.Value) string {
+			b := v.Bytes()
+			out := make([]byte, 2+hex.EncodedLen(len(b)))
+			out[0], out[1] = '\\', 'x'
+			hex.Encode(out[2:], b)
+			return string(out)
+		}), nil
 	}}
 }
 

@@ -104,6 +104,14 @@ func TestFieldConverts(t *testing.T) {
 		got, ok := keyOf(t, kinds, rpcguard.Field[string](tc.field), msg)
 		check(t, tc.field, got, tc.want, ok)
 	}
+	// A bytea key: the bytes as the database prints them.
+	got, ok := keyOf(t, kinds, rpcguard.Bytea("raw"), msg)
+	check(t, "raw (Bytea)", got, `\x00ff78`, ok)
+	for _, field := range []string{"str", "list", "nope"} {
+		if _, err := rpcguard.New[string](recordFilter[string]{new([]string)}, rpcguard.Keys[string]{kinds: rpcguard.Bytea(field)}); err == nil {
+			t.Errorf("Bytea(%q) accepted", field)
+		}
+	}
 }
 
 // TestFieldMissing: a field that is not set is a missing key, and the

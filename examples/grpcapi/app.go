@@ -130,7 +130,7 @@ func newApp(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err erro
 		rpcguard.WithServices("", usersv1.UserService_ServiceDesc.ServiceName)); err != nil {
 		return nil, err
 	}
-	healthpb.RegisterHealthServer(a.srv, a.health)
+	healthpb.RegisterHealthServer(a.srv, a.ready.Server(a.health)) // Check asks isReady at the call
 
 	a.reg.MustRegister(collectors.NewGoCollector(), metrics.NewLoaderCollector(loader))
 	if a.follower != nil {

@@ -48,6 +48,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/cuckooguard/cuckooguard/postgres"
 )
 
 // defaultAddr is where the server listens and the client calls by default.
@@ -105,7 +107,7 @@ func serveCmd(args []string) error {
 	dsn := fs.String("dsn", "", "postgres:// URL, or a SQLite file path (default: a fresh file in a temp dir, removed on exit)")
 	rows := fs.Int64("rows", 100_000, "users to seed, ids 1..rows")
 	noGuard := fs.Bool("noguard", false, "no guard: every GetUser asks the database (the load test's baseline)")
-	heartbeat := fs.Duration("heartbeat", 0, "how often the follower checks its stream through the database (PostgreSQL; default 1s)")
+	heartbeat := fs.Duration("heartbeat", 0, "how often the follower checks its stream through the database (PostgreSQL; default "+postgres.DefaultHeartbeat.String()+")")
 	drain := fs.Duration("drain", 0, "on SIGTERM, how long to keep serving with the health status NOT_SERVING before closing the listener")
 	if err := fs.Parse(args); err != nil {
 		return err
