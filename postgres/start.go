@@ -51,9 +51,10 @@ const (
 // resuming would skip, as if streamed already, the transactions it
 // commits up to the old position. The server's WAL never ends before
 // what it sent (a walsender sends only flushed WAL, and the server's
-// crash keeps that), so this says nothing false of a database that did not go back.
-// It misses a restored database that has written more WAL since the
-// restore than the follower had applied beyond the restored end.
+// crash keeps that), so this says nothing false of a database that did
+// not go back. It misses a restored database that has written more WAL
+// since the restore than the follower had applied beyond the restored
+// end.
 //
 // The Follower clears pending in one place, once a stream has started
 // where it was asked to (Follower.streamStarted).
