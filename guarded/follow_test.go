@@ -97,17 +97,7 @@ func TestFeedDegraded(t *testing.T) {
 	if !l.MayContain(refused) {
 		t.Fatalf("key %d, refused by a full shard, reads absent", refused)
 	}
-	err = feed.Resync(ctx, func(ctx context.Context, add func(int) error) error {
-		for k, err := range s.keys(ctx) {
-			if err != nil {
-				return err
-			}
-			if err := add(k); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	err = feed.Resync(ctx, s.readAll)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,17 +41,7 @@ func TestKeyRule(t *testing.T) {
 		}
 		return strings.ToLower(k), nil
 	})
-	if err := feed.Resync(ctx, func(ctx context.Context, add func(string) error) error {
-		for k, err := range s.keys(ctx) {
-			if err != nil {
-				return err
-			}
-			if err := add(k); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
+	if err := feed.Resync(ctx, s.readAll); err != nil {
 		t.Fatal(err)
 	}
 	feed.ReadyUntil(time.Now().Add(time.Hour))

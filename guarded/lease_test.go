@@ -48,17 +48,7 @@ func TestFeedLease(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer feed.Detach()
-				if err := feed.Resync(ctx, func(ctx context.Context, add func(int) error) error {
-					for k, err := range s.keys(ctx) {
-						if err != nil {
-							return err
-						}
-						if err := add(k); err != nil {
-							return err
-						}
-					}
-					return nil
-				}); err != nil {
+				if err := feed.Resync(ctx, s.readAll); err != nil {
 					t.Fatal(err)
 				}
 				// A key the guard holds and the store does not: its store

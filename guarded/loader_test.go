@@ -75,6 +75,19 @@ func (s *memStore[K]) keys(ctx context.Context) iter.Seq2[K, error] {
 }
 
 // getter adapts f to a Getter, its types inferred.
+// readAll is a stream's read of every key of s, for Feed.Resync.
+func (s *memStore[K]) readAll(ctx context.Context, add func(K) error) error {
+	for k, err := range s.keys(ctx) {
+		if err != nil {
+			return err
+		}
+		if err := add(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func getter[K comparable, V any](f func(context.Context, K) (V, error)) Getter[K, V] {
 	return GetterFunc[K, V](f)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,6 +16,7 @@ import (
 	"github.com/cuckooguard/cuckooguard/metrics"
 	"github.com/cuckooguard/cuckooguard/metrics/fanoutmetrics"
 	"github.com/cuckooguard/cuckooguard/metrics/pgmetrics"
+	"github.com/cuckooguard/cuckooguard/middleware"
 	"github.com/cuckooguard/cuckooguard/postgres"
 )
 
@@ -47,7 +49,48 @@ type Table[K comparable, V any] struct {
 	Options []guarded.Option
 
 	loader *guarded.Loader[K, V]
-	f      keyer[K] // the table's follower: a *postgres.Follower or a *fanout.Follower
+	f      keyer[K]                                 // the table's follower: a *postgres.Follower or a *fanout.Follower
+	mw     atomic.Pointer[middleware.Middleware[K]] // Middleware's, for the Service's collector
+}
+
+// Middleware returns the HTTP middleware of the table (package
+// middleware): it answers 404 for a request whose key the table's guard
+// knows is absent, before the handler runs. text takes the key's text
+// from the request (middleware.PathValue("id"), middleware.Query, …),
+// which [Table.Key] reads in any form the database reads as the key; a
+// text it cannot judge passes to the handler. Its counters are in the
+// Service's collector (metrics' cuckooguard_http_*, labelled with the
+// table), which the README's false-positive alert reads. A table has one
+// Middleware: wrap every route of the table with it; a second call
+// returns an error.
+func (t *Table[K, V]) Middleware(text middleware.KeyFunc[string], opts ...middleware.Option) (*middleware.Middleware[K], error) {
+	if t.loader == nil {
+		return nil, errors.New("pgguard: Table.Middleware before Start")
+	}
+	if text == nil {
+		return nil, fmt.Errorf("pgguard: table %s: Middleware needs a key function", t.Name)
+	}
+	mw, err := middleware.New(t.loader, middleware.Parse(text, t.Key), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("pgguard: table %s: %w", t.Name, err)
+	}
+	if !t.mw.CompareAndSwap(nil, mw) {
+		return nil, fmt.Errorf("pgguard: table %s has a Middleware already: wrap every route of the table with it", t.Name)
+	}
+	return mw, nil
+}
+
+// middlewareStats is the Stats of the table's Middleware, zero before
+// there is one, for the Service's collector.
+type middlewareStats[K comparable] struct {
+	mw *atomic.Pointer[middleware.Middleware[K]]
+}
+
+func (m middlewareStats[K]) Stats() middleware.Stats {
+	if mw := m.mw.Load(); mw != nil {
+		return mw.Stats()
+	}
+	return middleware.Stats{}
 }
 
 // keyer is what Table passes on to its follower, direct or relayed.
@@ -149,7 +192,8 @@ func (t *Table[K, V]) setup(ctx context.Context, s *Service) (*member, error) {
 		return nil, fmt.Errorf("pgguard: table %s: %w", t.Name, err)
 	}
 	label := metrics.WithConstLabels(prometheus.Labels{"table": t.Name})
-	m := &member{name: t.Name, close: l.Close, collectors: []prometheus.Collector{metrics.NewLoaderCollector(l, label)}}
+	m := &member{name: t.Name, close: l.Close, collectors: []prometheus.Collector{metrics.NewLoaderCollector(l, label),
+		metrics.NewMiddlewareCollector(middlewareStats[K]{&t.mw}, label)}}
 	if s.cfg.NATS != nil {
 		f, err := fanout.NewFollower(l, s.cfg.NATS, s.dsn, t.Name, t.Column, parse, s.fanoutOpts()...)
 		if err != nil {

@@ -102,6 +102,27 @@ func newLoader(t testing.TB, s *store, filled bool) *guarded.Loader[int64, strin
 	return l
 }
 
+// fedLoader returns a Loader of K over get with a change feed attached,
+// as a follower keeps one: both end with the test.
+func fedLoader[K comparable](t testing.TB, get func(context.Context, K) (string, error)) (*guarded.Loader[K, string], *guarded.Feed[K]) {
+	t.Helper()
+	g, err := guard.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := guarded.New(g, guarded.GetterFunc[K, string](get))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	feed, err := l.AttachFeed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(feed.Detach)
+	return l, feed
+}
+
 // fill fills l with the ids of s.
 func fill(t testing.TB, l *guarded.Loader[int64, string], s *store) {
 	t.Helper()

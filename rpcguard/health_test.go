@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/cuckooguard/cuckooguard/guard"
 	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/rpcguard"
 	"github.com/cuckooguard/cuckooguard/rpcguard/internal/testpb/testpbconnect"
@@ -222,20 +221,7 @@ var _ rpcguard.StatusSetter = (*health.Server)(nil)
 // NOT_SERVING at once, with no Run at all.
 func TestHealthServerChecksAtCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g, err := guard.New()
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := guarded.New(g, guarded.GetterFunc[int64, string](func(context.Context, int64) (string, error) { return "", guarded.ErrNotFound }))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		feed, err := l.AttachFeed()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer feed.Detach()
+		l, feed := fedLoader(t, func(context.Context, int64) (string, error) { return "", guarded.ErrNotFound })
 		feed.ReadyUntil(time.Now().Add(150 * time.Millisecond))
 		hs := health.NewServer()
 		h, err := rpcguard.NewHealth(l, hs, rpcguard.WithServices("", testpbconnect.UsersName))
