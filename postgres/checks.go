@@ -218,6 +218,23 @@ const publicationVersion = `(SELECT p.oid || '.' || p.xmin
 	|| '.' || coalesce((SELECT pg_database_collation_actual_version(d.oid) FROM pg_database d WHERE d.datname = current_database()), '')
 	FROM pg_publication p WHERE p.pubname = $1)`
 
+// identityExpr returns an SQL expression of text that says which table
+// a marker or heartbeat vouches for, of the parameters $q, the table's
+// name as SQL writes it (sanitizeTable), and $p, the name of its
+// publication: the oid the name resolves to as the statement's
+// transaction sees it, under the connection's search_path (as resolve
+// does; "-" if it names no table), a space, and the version of the
+// publication of that table (publicationVersion; "-" without the
+// publication) — TableIdentity.String. A rename swap, a DROP and CREATE,
+// or a table of the name made earlier in the search_path changes the
+// first; a change of what the publication holds, the second
+// (Follower.control, and a relayed follower's through SourceControl.Table).
+func identityExpr(q, p int) string {
+	oid := fmt.Sprintf("to_regclass($%d)", q)
+	v := strings.NewReplacer("$1", fmt.Sprintf("$%d", p), "$2::oid", oid+"::oid", "$2", oid+"::oid").Replace(publicationVersion)
+	return fmt.Sprintf("coalesce(%s::oid::text, '-') || ' ' || coalesce(%s, '-')", oid, v)
+}
+
 // keyFormsVersion names the canonical forms of keyform.go: a change to
 // any of them changes it, so that guards and streams of the old forms are
 // read again (publicationVersion). "k1" is the first with forms.

@@ -10,6 +10,12 @@ var errResync = errors.New("postgres: resync requested")
 // the table.
 var errPublicationChanged = errors.New("postgres: the publication changed")
 
+// errTableChanged ends a session whose marker or heartbeat says that the
+// table's name no longer resolves to the table the session follows (a
+// rename swap, a DROP and CREATE): the next one resolves the name again
+// and reads the table it names.
+var errTableChanged = errors.New("postgres: the table's name resolves to another table")
+
 // errSlotMoved ends a session whose stream the server started past the
 // position the follower asked for (the slot had moved, or was made again,
 // since it was read): the next one reads the table.
@@ -66,12 +72,14 @@ const (
 	ReadResumeFailed   ReadReason = "resume_failed"       // the stream could not be resumed from the last position
 	ReadSlotMoved      ReadReason = "slot_moved"          // the slot had moved past the position (made again, or moved by another process)
 	ReadPublication    ReadReason = "publication_changed" // the publication changed since the guard's changes were decoded
+	ReadTableChanged   ReadReason = "table_changed"       // the table's name resolved to another table (a rename swap, a DROP and CREATE)
+	ReadRewound        ReadReason = "rewound"             // the server's WAL ends before the guard's position: the database was restored to an earlier point
 )
 
 // ReadReasons lists every [ReadReason].
 var ReadReasons = []ReadReason{ReadStart, ReadNoSnapshot, ReadBadSnapshot, ReadStaleSnapshot,
 	ReadSlotMissing, ReadSlotLost, ReadRequested, ReadTruncated, ReadBigTransaction, ReadNoResume, ReadResumeFailed,
-	ReadSlotMoved, ReadPublication}
+	ReadSlotMoved, ReadPublication, ReadTableChanged, ReadRewound}
 
 // Reason says why a session of a Follower ended in an error: the value of
 // [FollowerStats.LastErrorReason], the key of
@@ -93,12 +101,13 @@ const (
 	ReasonSlot            Reason = "slot"             // the replication slot could not be made, read or used (say, another process streams from it)
 	ReasonPublication     Reason = "publication"      // the publication changed while the session followed: the next one reads the table
 	ReasonTerminated      Reason = "terminated"       // the server ended the connection (SQLSTATE 57: pg_terminate_backend, a shutdown or restart)
+	ReasonTableChanged    Reason = "table_changed"    // the table's name resolved to another table while the session followed: the next one reads the table it names
 )
 
 // Reasons lists every [Reason], for metrics that export one series each.
 var Reasons = []Reason{ReasonConnect, ReasonListen, ReasonNotInstalled, ReasonResync,
 	ReasonNoNotifications, ReasonConnectionLost, ReasonHeartbeatLost, ReasonNotification,
-	ReasonSetup, ReasonSlot, ReasonPublication, ReasonTerminated}
+	ReasonSetup, ReasonSlot, ReasonPublication, ReasonTerminated, ReasonTableChanged}
 
 // sessionError is why a session ended.
 type sessionError struct {

@@ -292,6 +292,10 @@ func (f *Follower[K]) Run(ctx context.Context) error {
 		case errors.Is(err, errBigTransaction):
 			f.require(ReadBigTransaction)
 			continue
+		case errors.Is(err, errTableChanged):
+			// Passes through now; the next session resolves the name
+			// again and reads the table it names, once it is published.
+			f.require(ReadTableChanged)
 		case errors.Is(err, errPublicationChanged):
 			// Passes through now; the next session reads the table, once
 			// the publication sends what the follower needs again.

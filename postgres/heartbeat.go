@@ -28,6 +28,7 @@ import (
 type session struct {
 	hb        heartbeats
 	pub       string          // the publication's version when the session began; "" with NOTIFY
+	oid       string          // the table's oid, as the session resolved its name; "" with NOTIFY
 	next      time.Time       // the next heartbeat is due
 	beats     chan string     // payloads for the sender goroutine
 	loopCtx   context.Context // ends when a heartbeat cannot be sent, or ctx ends
@@ -109,21 +110,26 @@ func (f *Follower[K]) wakeCtx(s *session) (context.Context, context.CancelFunc) 
 
 // control handles a payload of a marker or a heartbeat that arrived at
 // now. It reports false for any other payload. Through logical decoding a
-// payload ends in the version of the publication when it was sent
-// (publicationVersion): a marker or heartbeat of this session that says
-// the publication changed since the session began ends it
-// (errPublicationChanged), before it can confirm anything, because the
-// changes after the change may have been kept out of the stream.
+// payload ends in the table's identity when it was sent (identityExpr):
+// the oid its name resolved to, and the version of its publication. A
+// marker or heartbeat of this session that says the name resolves to
+// another table (errTableChanged), or that the publication changed since
+// the session began (errPublicationChanged), ends it before it can
+// confirm anything: the application reads another table than the guard
+// holds, or the changes after the change may have been kept out of the
+// stream.
 func (f *Follower[K]) control(s *session, payload string, now time.Time) (bool, error) {
 	op, rest, _ := strings.Cut(payload, " ")
-	rest, version, versioned := strings.Cut(rest, " ")
+	rest, identity, versioned := strings.Cut(rest, " ")
 	switch op {
 	case "S":
 		if rest != s.hb.session {
 			return true, nil // another session's marker
 		}
-		if versioned && version != s.pub {
-			return true, changed(s.pub, version)
+		if versioned {
+			if err := s.sameTable(identity); err != nil {
+				return true, err
+			}
 		}
 		if State(f.state.Load()) == Resyncing {
 			// The marker went through the database and back behind every
@@ -141,8 +147,10 @@ func (f *Follower[K]) control(s *session, payload string, now time.Time) (bool, 
 		if token != s.hb.session {
 			return true, nil // another session's
 		}
-		if versioned && version != s.pub {
-			return true, changed(s.pub, version)
+		if versioned {
+			if err := s.sameTable(identity); err != nil {
+				return true, err
+			}
 		}
 		if seq, err := strconv.ParseInt(seqText, 10, 64); err == nil && s.hb.back(seq, now) {
 			f.lastBeat.Store(now.UnixNano())
@@ -157,6 +165,23 @@ func (f *Follower[K]) control(s *session, payload string, now time.Time) (bool, 
 		return true, nil
 	}
 	return false, nil
+}
+
+// sameTable returns nil if identity, what a marker or heartbeat of the
+// session says of the table (identityExpr), is what the session began
+// with: the name resolves to the session's table, and its publication is
+// at the session's version. Otherwise it returns the error that ends the
+// session.
+func (s *session) sameTable(identity string) error {
+	oid, version, _ := strings.Cut(identity, " ")
+	if oid != s.oid {
+		return failed(ReasonTableChanged, fmt.Errorf("%w: the table's name resolves to oid %s, the follower follows oid %s (renamed, or dropped and created again): the application reads another table than the guard holds",
+			errTableChanged, oid, s.oid))
+	}
+	if version != s.pub {
+		return changed(s.pub, version)
+	}
+	return nil
 }
 
 // changed is the error of a session whose marker or heartbeat found the

@@ -49,7 +49,12 @@ const registry = "cuckooguard_slots"
 // do; the README's "Key types" lists the types), and [ErrNotPublished]
 // for a publication of that name that sends other than the follower needs
 // (another column list, a row filter, missing operations): Publish does
-// not change a publication someone altered, it says how.
+// not change a publication someone altered, it says how. A publication of
+// that name that holds no table of that name, and no schema, is taken
+// back: its table was dropped, or renamed away (a DROP TABLE and CREATE
+// TABLE, a rename swap), and Publish makes it hold the table the name
+// now resolves to (ALTER PUBLICATION … SET TABLE); followers of the old
+// table see the change at their next heartbeat and read the new one.
 //
 // table is a table name as the follower is given it: "users", "app.users"
 // (each part taken literally, in any case), or as SQL writes it, with
@@ -87,7 +92,13 @@ func Publish(ctx context.Context, conn Conn, table, keyColumn string, opts ...Op
 		pub, c.registryIn(r.schema)).Scan(&exists, &noted); err != nil {
 		return fmt.Errorf("postgres: publish: %w", err)
 	}
-	if exists && noted {
+	stale := false
+	if exists {
+		if stale, err = orphaned(ctx, conn, pub, r); err != nil {
+			return err
+		}
+	}
+	if exists && noted && !stale {
 		return checkPublished(ctx, conn, r, keyColumn) // in place: write nothing
 	}
 	tx, err := conn.Begin(ctx)
@@ -102,6 +113,21 @@ func Publish(ctx context.Context, conn Conn, table, keyColumn string, opts ...Op
 	}
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_publication WHERE pubname = $1)`, pub).Scan(&exists); err != nil {
 		return fmt.Errorf("postgres: publish: %w", err)
+	}
+	if exists {
+		if stale, err = orphaned(ctx, tx, pub, r); err != nil {
+			return err
+		}
+	}
+	if stale {
+		q := fmt.Sprintf(`ALTER PUBLICATION %s SET TABLE %s (%s)`, pgx.Identifier{pub}.Sanitize(), r.ident(), pgx.Identifier{keyColumn}.Sanitize())
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return fmt.Errorf("postgres: publish: take back publication %s for %s: %w", pub, r, err)
+		}
+		q = fmt.Sprintf(`ALTER PUBLICATION %s SET (publish_via_partition_root = %t)`, pgx.Identifier{pub}.Sanitize(), r.partitioned)
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return fmt.Errorf("postgres: publish: take back publication %s for %s: %w", pub, r, err)
+		}
 	}
 	if !exists {
 		q := fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE %s (%s)`, pgx.Identifier{pub}.Sanitize(), r.ident(), pgx.Identifier{keyColumn}.Sanitize())
@@ -124,4 +150,22 @@ func Publish(ctx context.Context, conn Conn, table, keyColumn string, opts ...Op
 		return fmt.Errorf("postgres: publish: %w", err)
 	}
 	return checkPublished(ctx, conn, r, keyColumn)
+}
+
+// orphaned reports whether publication pub, which exists, is one that
+// Publish made for the name of r and whose table is gone from that name:
+// it holds no table of r's schema and name, no schema, and is not FOR ALL
+// TABLES. Dropping a table leaves its publication empty, and renaming it
+// leaves its publication holding it under the new name.
+func orphaned(ctx context.Context, q queryRower, pub string, r relation) (bool, error) {
+	var orphan bool
+	err := q.QueryRow(ctx, `SELECT NOT p.puballtables
+		AND NOT EXISTS (SELECT FROM pg_publication_namespace n WHERE n.pnpubid = p.oid)
+		AND NOT EXISTS (SELECT FROM pg_publication_rel pr JOIN pg_class c ON c.oid = pr.prrelid JOIN pg_namespace s ON s.oid = c.relnamespace
+			WHERE pr.prpubid = p.oid AND s.nspname = $2 AND c.relname = $3)
+		FROM pg_publication p WHERE p.pubname = $1`, pub, r.schema, r.name).Scan(&orphan)
+	if err != nil {
+		return false, fmt.Errorf("postgres: publish: look at publication %s: %w", pub, err)
+	}
+	return orphan, nil
 }

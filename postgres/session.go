@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -202,6 +203,12 @@ func (f *Follower[K]) startPoint(ctx context.Context, sender *pgx.Conn, rc *pgco
 		if st.active {
 			return "", 0, failed(ReasonSlot, fmt.Errorf("postgres: follower: slot %s is in use by another connection (pid %d): does another process have the origin %q?", id.name, st.activePID, f.origin))
 		}
+		if st.exists {
+			var err error
+			if st.walEnd, err = readWALEnd(ctx, sender); err != nil {
+				return "", 0, failed(ReasonConnectionLost, err)
+			}
+		}
 	}
 	s := decide(f.pending, id.name == "", f.snapPath != "", &f.pos, st, pub)
 	switch s.how {
@@ -241,6 +248,7 @@ func (f *Follower[K]) stream(ctx context.Context, sender *pgx.Conn, rc *pgconn.P
 	}
 	defer s.stop() // before sender closes (deferred earlier)
 	s.walsender = &probe
+	s.oid = strconv.FormatUint(uint64(rel.oid), 10)
 	dec := newDecoder(decodedTable{schema: rel.schema, rel: rel.name, key: f.key, rule: f.rule})
 	app := &applier[K]{f: f, s: s}
 	var received pglogrepl.LSN // the end of what the server sent
@@ -384,17 +392,18 @@ func (f *Follower[K]) status(ctx context.Context, rc *pgconn.PgConn, received pg
 }
 
 // emit sends a marker or a heartbeat, payload, through c as a
-// transactional logical decoding message, with the version of the
-// publication of rel as this transaction sees it appended
-// (publicationVersion), within the heartbeat deadline: it comes back in
-// the stream in its own transaction, in commit order. The same statement
-// asks what the walsender of pid is doing (walsenderQuery), for *probe.
+// transactional logical decoding message, with the table's identity as
+// this transaction sees it appended (identityExpr: the oid the
+// Follower's table name resolves to, and the version of the publication
+// of rel), within the heartbeat deadline: it comes back in the stream in
+// its own transaction, in commit order. The same statement asks what the
+// walsender of pid is doing (walsenderQuery), for *probe.
 func (f *Follower[K]) emit(ctx context.Context, c *pgx.Conn, rel relation, payload string, pid uint32, probe *atomic.Pointer[walsender]) error {
 	ectx, cancel := context.WithTimeout(ctx, f.deadline)
 	defer cancel()
 	sent := time.Now()
-	q := `SELECT pg_logical_emit_message(true, $3, $4 || ' ' || coalesce(` + publicationVersion + `, '-'))` + walsenderQuery
-	row := c.QueryRow(ectx, q, publicationName(rel.schema, rel.name), rel.oid, controlPrefix, payload, int64(pid))
+	q := `SELECT pg_logical_emit_message(true, $3, $4 || ' ' || ` + identityExpr(2, 1) + `)` + walsenderQuery
+	row := c.QueryRow(ectx, q, publicationName(rel.schema, rel.name), sanitizeTable(f.table), controlPrefix, payload, int64(pid))
 	w, err := scanWalsender(row, sent, probe.Load())
 	if err != nil {
 		return fmt.Errorf("postgres: follower: emit a message: %w", err)

@@ -162,6 +162,7 @@ type slotState struct {
 	confirmed      pglogrepl.LSN // confirmed_flush_lsn
 	walStatus      string
 	retained       int64
+	walEnd         pglogrepl.LSN // the end of the server's flushed WAL, when a session read the slot (readWALEnd); 0 if not read
 }
 
 // readSlot returns the state of slot name.

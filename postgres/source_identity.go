@@ -83,16 +83,6 @@ func splitIdentity(message string) (payload string, id TableIdentity) {
 	return payload, id
 }
 
-// identityExpr returns an SQL expression of text: the identity
-// (TableIdentity.String) of the table that the quoted name $q names, as
-// the statement's transaction sees it, with $p the name of the table's
-// publication. q and p are the numbers of those parameters.
-func identityExpr(q, p int) string {
-	oid := fmt.Sprintf("to_regclass($%d)", q)
-	v := strings.NewReplacer("$1", fmt.Sprintf("$%d", p), "$2::oid", oid+"::oid", "$2", oid+"::oid").Replace(publicationVersion)
-	return fmt.Sprintf("coalesce(%s::oid::text, '-') || ' ' || coalesce(%s, '-')", oid, v)
-}
-
 // A ControlEmitter sends a relayed follower's markers and heartbeats
 // through the database (logical decoding messages of [ControlPrefix]),
 // each with the identity of the follower's table as the message's own

@@ -41,8 +41,20 @@ const (
 //   - temporary: without an origin, no slot outlives a session
 //   - file: the Follower keeps a snapshot file
 //   - pos: the position the guard reflects
-//   - st: the state of the Follower's slot
+//   - st: the state of the Follower's slot, and the end of the server's
+//     WAL when it was read (0 if unknown)
 //   - pub: the publication's version now (publicationVersion)
+//
+// A position beyond the end of the server's WAL is one the database no
+// longer has: it was restored to an earlier point (from a storage
+// snapshot or a copy of its data directory, which keep the slot), and
+// resuming would skip, as if streamed already, the transactions it
+// commits up to the old position. The server's WAL never ends before
+// what it sent (a walsender sends only flushed WAL, and the server's
+// crash keeps that), so this says nothing false of a database that did
+// not go back. It misses a restored database that has written more WAL
+// since the restore than the follower had applied beyond the restored
+// end.
 //
 // The Follower clears pending in one place, once a stream has started
 // where it was asked to (Follower.streamStarted).
@@ -60,6 +72,8 @@ func decide(pending ReadReason, temporary, file bool, pos *position, st slotStat
 		return start{read, ReadSlotMissing}
 	case st.walStatus == "lost":
 		return start{read, ReadSlotLost}
+	case st.walEnd != 0 && pos.applied > st.walEnd:
+		return start{read, ReadRewound}
 	case st.confirmed > pos.applied:
 		return start{read, ReadSlotMoved}
 	case pub != pos.pubVersion:
@@ -124,6 +138,8 @@ func (f *Follower[K]) restore(ctx context.Context, id slotID, st slotState, pub 
 		return fallback(ReadSlotMissing, "slot "+id.name+" does not exist")
 	case st.walStatus == "lost":
 		return fallback(ReadSlotLost, "the server removed WAL that slot "+id.name+" needed")
+	case st.walEnd != 0 && h.lsn > st.walEnd:
+		return fallback(ReadRewound, fmt.Sprintf("the server's WAL ends at %s, the file is at %s: the database was restored to an earlier point", st.walEnd, h.lsn))
 	case st.confirmed > h.lsn:
 		return fallback(ReadStaleSnapshot, fmt.Sprintf("the slot is at %s, the file at %s", st.confirmed, h.lsn))
 	case h.pubVersion != pub:
@@ -246,4 +262,18 @@ func verifyStart(ctx context.Context, c *pgx.Conn, slot string, pid uint32, at p
 		return failed(ReasonSlot, fmt.Errorf("%w: slot %s had confirmed %s when the stream started from %s: the server skipped the changes between", errSlotMoved, slot, lsn, at))
 	}
 	return nil
+}
+
+// readWALEnd returns the end of the WAL the server has flushed: the most
+// a walsender of it can have sent.
+func readWALEnd(ctx context.Context, c *pgx.Conn) (pglogrepl.LSN, error) {
+	var end string
+	if err := c.QueryRow(ctx, `SELECT pg_current_wal_flush_lsn()::text`).Scan(&end); err != nil {
+		return 0, fmt.Errorf("postgres: follower: read the end of the server's WAL: %w", err)
+	}
+	lsn, err := pglogrepl.ParseLSN(end)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: follower: the end of the server's WAL: %w", err)
+	}
+	return lsn, nil
 }

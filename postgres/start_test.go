@@ -32,6 +32,9 @@ func TestDecide(t *testing.T) {
 		{"slot lost its WAL", "", false, false, valid, slotState{exists: true, walStatus: "lost"}, "v1", start{read, ReadSlotLost}},
 		{"slot moved past", "", false, false, valid, slotState{exists: true, confirmed: 101}, "v1", start{read, ReadSlotMoved}},
 		{"publication changed", "", false, false, valid, ok, "v2", start{read, ReadPublication}},
+		{"WAL ends at the position", "", false, false, valid, slotState{exists: true, confirmed: 90, walEnd: 100}, "v1", start{how: resume}},
+		{"WAL ends before the position", "", false, false, valid, slotState{exists: true, confirmed: 90, walEnd: 99}, "v1", start{read, ReadRewound}},
+		{"restored, no slot", "", false, false, valid, slotState{}, "v1", start{read, ReadSlotMissing}},
 	} {
 		if got := decide(tc.pending, tc.temporary, tc.file, tc.pos, tc.st, tc.pub); got != tc.want {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)

@@ -87,7 +87,7 @@ func NewFollowerCollector(f FollowerStatser, opts ...metrics.Option) prometheus.
 			Help: "Times the follower waited for a walsender at work instead of calling its silent stream dead."},
 			func(s *S) float64 { return float64(s.BusyWaits) })
 	reads := collect.Metric{Subsystem: sub, Name: "full_reads_total", Type: prometheus.CounterValue, Labels: []string{"reason"},
-		Help: `Reads of the whole table, by why they were needed: "start", "snapshot_missing", "snapshot_bad", "snapshot_stale", "slot_missing", "slot_lost", "requested", "truncated", "big_transaction", "no_resume", "resume_failed", "slot_moved", "publication_changed". Every reason but "start" and "snapshot_missing" (and "requested", the Loader's) says something went wrong.`}
+		Help: `Reads of the whole table, by why they were needed: "start", "snapshot_missing", "snapshot_bad", "snapshot_stale", "slot_missing", "slot_lost", "requested", "truncated", "big_transaction", "no_resume", "resume_failed", "slot_moved", "publication_changed", "table_changed" (the table's name resolved to another table), "rewound" (the server's WAL ended before the follower's position: a restored database). Every reason but "start" and "snapshot_missing" (and "requested", the Loader's) says something went wrong.`}
 	for _, r := range postgres.ReadReasons {
 		c.Add(reads, func(s *S) float64 { return float64(s.FullReads[r]) }, string(r))
 	}
@@ -101,7 +101,7 @@ func NewFollowerCollector(f FollowerStatser, opts ...metrics.Option) prometheus.
 			Help: "Sessions that started from the snapshot file instead of reading the table."},
 			func(s *S) float64 { return float64(s.SnapshotStart) })
 	failures := collect.Metric{Subsystem: sub, Name: "session_failures_total", Type: prometheus.CounterValue, Labels: []string{"reason"},
-		Help: `Follower sessions that ended in an error, by reason: "connect", "listen", "not_installed", "resync", "no_notifications" (the connection cannot LISTEN, as through a transaction-pooling PgBouncer), "connection_lost", "heartbeat_lost" (a silent connection whose walsender was not at work), "notification", "setup", "slot", "publication" (the publication changed under it), "terminated" (the server ended it: pg_terminate_backend, a shutdown or restart).`}
+		Help: `Follower sessions that ended in an error, by reason: "connect", "listen", "not_installed", "resync", "no_notifications" (the connection cannot LISTEN, as through a transaction-pooling PgBouncer), "connection_lost", "heartbeat_lost" (a silent connection whose walsender was not at work), "notification", "setup", "slot", "publication" (the publication changed under it), "terminated" (the server ended it: pg_terminate_backend, a shutdown or restart), "table_changed" (the table's name resolved to another table under it: a rename swap, a DROP and CREATE).`}
 	for _, r := range postgres.Reasons {
 		c.Add(failures, func(s *S) float64 { return float64(s.FailuresByReason[r]) }, string(r))
 	}
