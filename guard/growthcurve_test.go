@@ -43,8 +43,8 @@ func TestGrowthCurveWorstSample(t *testing.T) {
 	before := memsize.LiveHeap()
 	g := mustNew(t, WithCapacity(1000), WithSeed(1), WithGrowWorkers(1))
 	c := sampleGrowth(t, g, before, to, 2_000, 100_000, nil)
-	t.Logf("%d samples from 100,000 keys: worst heap %.1f bits/key at %d keys, Stats/heap %.3f–%.3f (%d samples skipped: a doubling moved on while the heap was read)",
-		c.samples, c.worst, c.worstAt, c.minRatio, c.maxRatio, c.skipped)
+	t.Logf("%d samples from 100,000 keys: worst heap %.1f bits/key at %d keys, Stats/heap %.3f–%.3f (%d samples skipped: a doubling moved on while the heap was read; %d just after a doubling)",
+		c.samples, c.worst, c.worstAt, c.minRatio, c.maxRatio, c.skipped, c.justDoubled)
 	if c.worst > maxGrowthBits {
 		t.Errorf("worst heap sample %.1f bits/key at %d keys, want at most %d", c.worst, c.worstAt, maxGrowthBits)
 	}
@@ -75,6 +75,7 @@ var growthCSV = flag.String("growthcsv", "", "BenchmarkGrowthMemory: write each 
 // curve is what sampleGrowth saw.
 type curve struct {
 	samples, skipped   int
+	justDoubled        int     // samples after a doubling since the last one: the ratio is not checked
 	worst, sum         float64 // heap bits per key: the worst sample, the sum of all
 	worstAt            int     // keys
 	minRatio, maxRatio float64 // Stats().Bytes / heap
@@ -90,6 +91,7 @@ type curve struct {
 func sampleGrowth(tb testing.TB, g *Guard, before int64, to, every, first int, afterAdd func(n int)) curve {
 	tb.Helper()
 	c := curve{minRatio: math.Inf(1), maxRatio: math.Inf(-1), csv: []byte("keys,heap_bits_per_key\n")}
+	last := -1 // Stats().Bytes at the last sample
 	for k := range to {
 		if err := g.AddString(strconv.Itoa(k)); err != nil {
 			tb.Fatalf("add %d: %v", k, err)
@@ -113,6 +115,17 @@ func sampleGrowth(tb testing.TB, g *Guard, before int64, to, every, first int, a
 		}
 		if s0 != s1 {
 			c.skipped++
+			continue
+		}
+		doubled := s1 != last
+		last = s1
+		if doubled {
+			// Stats against the heap in the steady state between
+			// doublings: right after one the heap can still hold a
+			// shard's old table (about 6% of it at 182,000 keys, in two
+			// CI runs on a loaded 2-vCPU VM), which the runtime frees
+			// when nothing of the doubling refers to it any more.
+			c.justDoubled++
 			continue
 		}
 		r := float64(s1) / float64(heap)
