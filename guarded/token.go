@@ -133,6 +133,21 @@ func WithToken(ctx context.Context, t Token) context.Context {
 	return context.WithValue(ctx, tokenKey{}, t)
 }
 
+// unreadable is the token of a lookup whose client sent a token that
+// could not be read: of no stream, so every lookup under it passes
+// through (see WithUnreadableToken).
+var unreadable = Token{stream: " "}
+
+// WithUnreadableToken returns a context under which lookups pass through
+// to the store, counted as of another stream (Stats.TokenForeign): the
+// request carried a token that [ParseToken] refused, so whatever write it
+// names cannot be waited for. The fronts (the HTTP middleware, rpcguard)
+// use it; a lookup under it is never answered "absent" by the guard.
+func WithUnreadableToken(ctx context.Context) context.Context {
+	tokensUsed.Store(true)
+	return context.WithValue(ctx, tokenKey{}, unreadable)
+}
+
 // TokenFrom returns the token ctx carries (see [WithToken]).
 func TokenFrom(ctx context.Context) (Token, bool) {
 	if !tokensUsed.Load() {
