@@ -19,6 +19,7 @@ import (
 
 	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/middleware"
+	"github.com/cuckooguard/cuckooguard/postgres"
 )
 
 // serve puts r behind an HTTP server as a service would: GET /orders/{id}
@@ -203,5 +204,43 @@ func readYourWrites(t *testing.T, e *env, n int, fault string, holder *replica, 
 	}
 	if st.TokenForeign != 0 {
 		t.Errorf("B took %d tokens for another database's", st.TokenForeign)
+	}
+}
+
+// TestTableWritesReturnTokens: Insert of a citext key in any case, and
+// Delete, return tokens under which another replica reads the write at
+// once; the writes are tagged (A's follower skips A's own insert).
+func TestTableWritesReturnTokens(t *testing.T) {
+	e := newEnv(t, false)
+	a, b := e.start(t, "a", nil), e.start(t, "b", nil)
+	waitReady(t, a, b)
+	ctx := context.Background()
+	tok, err := a.customers.Insert(ctx, "Grace@Example.COM", func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO customers VALUES ('Grace@Example.COM', 'Grace')`)
+		return err
+	})
+	if err != nil || tok.IsZero() {
+		t.Fatalf("Insert: %v, token %v", err, tok)
+	}
+	k, err := b.customers.Key("GRACE@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := b.customers.Loader().Get(guarded.WithToken(ctx, tok), k); err != nil || c.Name != "Grace" {
+		t.Fatalf("B under the insert's token: %v, %v", c, err)
+	}
+	del, err := a.customers.Delete(ctx, "grace@example.com", func(ctx context.Context, tx pgx.Tx) (bool, error) {
+		tag, err := tx.Exec(ctx, `DELETE FROM customers WHERE email = 'grace@example.com'`)
+		return tag.RowsAffected() == 1, err
+	})
+	if err != nil || del.Pos() < tok.Pos() {
+		t.Fatalf("Delete: %v, token %v after %v", err, del, tok)
+	}
+	if _, err := b.customers.Loader().Get(guarded.WithToken(ctx, del), k); !NotFound(err) {
+		t.Fatalf("B under the delete's token: %v, want not found", err)
+	}
+	waitReady(t, a)
+	if skipped := a.customers.f.(*postgres.Follower[string]).Stats().Skipped; skipped != 1 {
+		t.Errorf("A's follower skipped %d inserts, want its own 1", skipped)
 	}
 }

@@ -11,7 +11,8 @@ import (
 	"github.com/cuckooguard/cuckooguard/postgres"
 )
 
-// Insert creates the row of key: it runs write in a transaction on the
+// Insert creates the row of key (in any form the database reads as it:
+// the guard holds its column's form, see [Table.Key]): it runs write in a transaction on the
 // Service's pool, through the table's Loader (which adds key to the guard
 // before the write, so that this replica finds the row at once) and
 // tagged as this replica's own (so that its follower does not add the key
@@ -32,7 +33,11 @@ func (t *Table[K, V]) Insert(ctx context.Context, key K, write func(ctx context.
 	if write == nil {
 		return guarded.Token{}, errors.New("pgguard: Table.Insert: nil write")
 	}
-	err := t.loader.Insert(ctx, key, func(ctx context.Context) error {
+	key, err := t.canon(key)
+	if err != nil {
+		return guarded.Token{}, err
+	}
+	err = t.loader.Insert(ctx, key, func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
 			if err := t.f.Tag(ctx, tx, key); err != nil {
 				return err
@@ -61,6 +66,10 @@ func (t *Table[K, V]) InsertGenerated(ctx context.Context, write func(ctx contex
 	err := t.loader.InsertGenerated(ctx, func(ctx context.Context, add func(K) error) error {
 		return pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
 			return write(ctx, tx, func(k K) error {
+				k, err := t.canon(k) // a citext key as RETURNING gives it: in its case
+				if err != nil {
+					return err
+				}
 				if err := add(k); err != nil {
 					return err
 				}
@@ -110,6 +119,15 @@ func (t *Table[K, V]) token(ctx context.Context) guarded.Token {
 		return guarded.Token{}
 	}
 	return guarded.Wrote(ctx, tok)
+}
+
+// canon returns key in the form the guard holds (Table.Key's), for a
+// string key; other keys are in theirs already.
+func (t *Table[K, V]) canon(key K) (K, error) {
+	if s, ok := any(key).(string); ok {
+		return t.f.Key(s)
+	}
+	return key, nil
 }
 
 func (t *Table[K, V]) started(what string) error {
