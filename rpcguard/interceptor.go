@@ -242,7 +242,7 @@ func (ic *Interceptor[K]) Stream() grpc.StreamServerInterceptor {
 		m := ic.methods[info.FullMethod]
 		if m == nil {
 			ic.unfiltered.Inc()
-			return handler(srv, ss)
+			return ic.grpcStreamWrite(srv, ss, handler)
 		}
 		ctx := ic.grpcToken(ss.Context())
 		return ic.screenFirst(ctx, m, ss.RecvMsg, func() error { return ic.grpcErr },
@@ -374,7 +374,7 @@ func (ic *Interceptor[K]) WrapStreamingHandler(next connect.StreamingHandlerFunc
 		m := ic.methods[conn.Spec().Procedure]
 		if m == nil {
 			ic.unfiltered.Inc()
-			return next(ctx, conn)
+			return ic.connectStreamWrite(ctx, conn, next)
 		}
 		ctx = ic.withToken(ctx, conn.RequestHeader().Get(middleware.TokenHeader))
 		return ic.screenFirst(ctx, m, conn.Receive, ic.connectErr,

@@ -80,3 +80,75 @@ func (ic *Interceptor[K]) connectWrite(ctx context.Context, req connect.AnyReque
 	}
 	return resp, err
 }
+
+// grpcStreamWrite runs a stream handler of a method the interceptor does
+// not guard, and sends the token its writes recorded: in the header
+// metadata with its first message, if the token is there by then, else in
+// the trailer.
+func (ic *Interceptor[K]) grpcStreamWrite(srv any, ss grpc.ServerStream, handler grpc.StreamHandler) error {
+	ws := &tokenStream{ServerStream: ss, ic: ic}
+	ws.ctx = guarded.WithTokenSink(ss.Context(), &ws.sink)
+	err := handler(srv, ws)
+	if t := ws.sink.Token(); !t.IsZero() && !ws.sent {
+		ss.SetTrailer(metadata.Pairs(TokenMetadata, t.String()))
+		ic.tokensSet.Inc()
+	}
+	return err
+}
+
+// tokenStream is a gRPC stream whose context collects the tokens of its
+// handler's writes, and whose first message carries the token recorded
+// before it in the header.
+type tokenStream struct {
+	grpc.ServerStream
+	ic   interface{ countSet() }
+	ctx  context.Context
+	sink guarded.TokenSink
+	sent bool // the token went in the header
+}
+
+func (s *tokenStream) Context() context.Context { return s.ctx }
+
+func (s *tokenStream) SendMsg(m any) error {
+	if !s.sent {
+		if t := s.sink.Token(); !t.IsZero() && s.ServerStream.SetHeader(metadata.Pairs(TokenMetadata, t.String())) == nil {
+			s.sent = true
+			s.ic.countSet()
+		}
+	}
+	return s.ServerStream.SendMsg(m)
+}
+
+// countSet counts a token set.
+func (ic *Interceptor[K]) countSet() { ic.tokensSet.Inc() }
+
+// connectStreamWrite is grpcStreamWrite for Connect: the token goes in the
+// response header with the first message, else in the trailer.
+func (ic *Interceptor[K]) connectStreamWrite(ctx context.Context, conn connect.StreamingHandlerConn, next connect.StreamingHandlerFunc) error {
+	wc := &tokenConn{StreamingHandlerConn: conn, ic: ic}
+	err := next(guarded.WithTokenSink(ctx, &wc.sink), wc)
+	if t := wc.sink.Token(); !t.IsZero() && !wc.sent {
+		conn.ResponseTrailer().Set(middleware.TokenHeader, t.String())
+		ic.tokensSet.Inc()
+	}
+	return err
+}
+
+// tokenConn is tokenStream for Connect.
+type tokenConn struct {
+	connect.StreamingHandlerConn
+	ic   interface{ countSet() }
+	sink guarded.TokenSink
+	sent bool
+}
+
+func (c *tokenConn) Send(m any) error {
+	if !c.sent {
+		if t := c.sink.Token(); !t.IsZero() {
+			c.ResponseHeader().Set(middleware.TokenHeader, t.String())
+			c.sent = true
+			c.ic.countSet()
+		}
+	}
+	return c.StreamingHandlerConn.Send(m)
+}

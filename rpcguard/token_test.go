@@ -55,30 +55,49 @@ func TestTokenRoundTrip(t *testing.T) {
 				guarded.Wrote(ctx, at(20))
 			}
 			sv := &service{s: s, loader: l}
+			streamTok := at(30) // what a streaming write (Rename, not guarded) records
 			cfg := serverConfig{
+				stream: []grpc.StreamServerInterceptor{ic.Stream(), func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+					guarded.Wrote(ss.Context(), streamTok)
+					return h(srv, ss)
+				}},
 				unary: []grpc.UnaryServerInterceptor{ic.Unary(), func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 					if info.FullMethod == testpb.Users_Ping_FullMethodName {
 						write(ctx)
 					}
 					return h(ctx, req)
 				}},
-				connect: []connect.Interceptor{ic, connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+				connect: []connect.Interceptor{ic, streamWriter{streamTok, func(next connect.UnaryFunc) connect.UnaryFunc {
 					return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 						if req.Spec().Procedure == testpb.Users_Ping_FullMethodName {
 							write(ctx)
 						}
 						return next(ctx, req)
 					}
-				})},
+				}}},
 			}
 			srv := startServer(t, transport, sv, cfg)
 			ctx := testCtx(t)
 			// ping writes and returns the token; get looks user id up
 			// under a token (none: "").
-			var ping func() string
+			var ping, rename func() string
 			var get func(id int64, token string) error
 			if transport == "grpc" {
 				c := testpb.NewUsersClient(dial(t, srv.addr))
+				rename = func() string {
+					st, err := c.Rename(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := st.Send(&testpb.RenameRequest{Id: 1, Name: "x"}); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := st.CloseAndRecv(); err != nil {
+						t.Fatal(err)
+					}
+					md, _ := st.Header()
+					return first(append(md.Get(rpcguard.TokenMetadata), st.Trailer().Get(rpcguard.TokenMetadata)...))
+				}
 				ping = func() string {
 					var md metadata.MD
 					if _, err := c.Ping(ctx, &testpb.Empty{}, grpc.Header(&md)); err != nil {
@@ -96,6 +115,20 @@ func TestTokenRoundTrip(t *testing.T) {
 				}
 			} else {
 				c := testpbconnect.NewUsersClient(http.DefaultClient, "http://"+srv.addr)
+				rename = func() string {
+					st := c.Rename(ctx)
+					if err := st.Send(&testpb.RenameRequest{Id: 1, Name: "x"}); err != nil {
+						t.Fatal(err)
+					}
+					resp, err := st.CloseAndReceive()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if v := resp.Header().Get(rpcguard.TokenMetadata); v != "" {
+						return v
+					}
+					return resp.Trailer().Get(rpcguard.TokenMetadata)
+				}
 				ping = func() string {
 					resp, err := c.Ping(ctx, connect.NewRequest(&testpb.Empty{}))
 					if err != nil {
@@ -134,8 +167,11 @@ func TestTokenRoundTrip(t *testing.T) {
 			if err := get(404404, token); !rpcguard.FromGuard(err) {
 				t.Fatalf("an absent user under a reached token: %v", err)
 			}
+			if got := rename(); got != streamTok.String() {
+				t.Fatalf("a streaming write's response carries token %q, want %v", got, streamTok)
+			}
 			st := ic.Stats()
-			if st.Tokens != 3 || st.TokensRefused != 1 || st.TokensSet != 2 {
+			if st.Tokens != 3 || st.TokensRefused != 1 || st.TokensSet != 3 {
 				t.Fatalf("stats %+v", st)
 			}
 		})
@@ -147,4 +183,24 @@ func first(v []string) string {
 		return ""
 	}
 	return v[0]
+}
+
+// streamWriter is a Connect interceptor whose streaming handlers record
+// tok, as a handler's write does, and whose unary ones are wrap's.
+type streamWriter struct {
+	tok  guarded.Token
+	wrap func(connect.UnaryFunc) connect.UnaryFunc
+}
+
+func (w streamWriter) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc { return w.wrap(next) }
+
+func (w streamWriter) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (w streamWriter) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		guarded.Wrote(ctx, w.tok)
+		return next(ctx, conn)
+	}
 }
