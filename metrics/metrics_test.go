@@ -448,7 +448,7 @@ func TestMiddlewareTokenCollector(t *testing.T) {
 	})))
 	for _, r := range []struct{ req, token string }{
 		{"GET /users/a", "db.5"}, {"GET /users/b", "db.4"}, {"GET /users/c", "db.3"}, // read, reached
-		{"GET /users/d", "other.1"}, // read, of another stream
+		{"GET /users/d", "other.1"},                      // read, of another stream
 		{"GET /users/e", "bad"}, {"GET /users/f", "bad"}, // refused
 		{"POST /users/g", ""}, // set
 	} {
