@@ -145,8 +145,9 @@ func connectResp(u *usersv1.User, err error) (*connect.Response[usersv1.User], e
 // TestReadYourWritesOverRPC: clients create users through replica A, over
 // gRPC and over Connect, and at once, with no sleep, read each through B
 // and C with the token A's response carried (rpcguard.TokenMetadata): 0
-// NotFound, through the relay (or direct, without a NATS server). B's
-// guard alone would have said NotFound for most of them.
+// NotFound, through the relay (or direct, without a NATS server), over
+// gRPC while the relay's holder stops and another replica takes over.
+// B's guard alone would have said NotFound for most of them.
 func TestReadYourWritesOverRPC(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a long integration test")
@@ -174,11 +175,14 @@ func TestReadYourWritesOverRPC(t *testing.T) {
 	if nc != nil {
 		defer pgguard.Teardown(context.WithoutCancel(ctx), pool, nc, service, "users")
 	}
+	// The relay's holder starts first, and stops during the gRPC run: a
+	// takeover (through NATS).
+	holder := startRPCReplica(t, pool, nc, service, "holder")
 	var rs []*rpcReplica
 	for _, o := range []string{"a", "b", "c"} {
 		rs = append(rs, startRPCReplica(t, pool, nc, service, o))
 	}
-	for _, r := range rs {
+	for _, r := range append([]*rpcReplica{holder}, rs...) {
 		for deadline := time.Now().Add(30 * time.Second); !r.svc.Ready(); time.Sleep(10 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatal("a replica never got ready")
@@ -194,6 +198,17 @@ func TestReadYourWritesOverRPC(t *testing.T) {
 			var lat []time.Duration
 			var wg sync.WaitGroup
 			var next atomic.Int64
+			if transport == "grpc" && nc != nil {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for next.Load() < n/3 {
+						time.Sleep(time.Millisecond)
+					}
+					t.Log("the relay's holder stops: another replica takes over")
+					holder.svc.Close()
+				}()
+			}
 			for range 4 {
 				wg.Add(1)
 				go func() {
