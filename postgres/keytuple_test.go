@@ -449,3 +449,38 @@ func TestTupleKeysRefused(t *testing.T) {
 		t.Error("Install of a column twice: no error")
 	}
 }
+
+// TestTupleKeysNullNotify: through the NOTIFY trigger, which needs no
+// replica identity, a key of two columns of a unique index may have a
+// NULL: such a row has no key (no lookup names it, no equality finds it),
+// and an update into or out of a NULL deletes or inserts the key that
+// exists; the read skips such rows alike. Nothing fails the session.
+func TestTupleKeysNullNotify(t *testing.T) {
+	ctx := context.Background()
+	db, _ := pgConn(t)
+	dsn := dsnOf(t, db)
+	execAll(t, dsn, `CREATE TABLE members (tenant_id int, id text, name text, UNIQUE (tenant_id, id))`,
+		`INSERT INTO members VALUES (7, 'a', 'seed'), (NULL, 'b', 'seed'), (7, NULL, 'seed'), (8, 'c', 'seed')`)
+	if err := Install(ctx, db, "members", Columns("tenant_id", "id")); err != nil {
+		t.Fatal(err)
+	}
+	n := startMembers(t, dsn, "N", WithNotify())
+	execAll(t, dsn,
+		`INSERT INTO members VALUES (9, 'd', 'w'), (NULL, 'e', 'w')`,
+		`UPDATE members SET tenant_id = 9 WHERE id = 'b'`,    // NULL → (9, b): an insert
+		`UPDATE members SET tenant_id = NULL WHERE id = 'c'`, // (8, c) → NULL: a delete
+		`UPDATE members SET id = 'f' WHERE id IS NULL`,       // (7, NULL) → (7, f)
+		`DELETE FROM members WHERE id = 'e'`)
+	n.waitCurrent(t)
+	for _, tc := range []struct {
+		tenant, id string
+		present    bool
+	}{{"7", "a", true}, {"9", "d", true}, {"9", "b", true}, {"7", "f", true}, {"8", "c", false}} {
+		if got := n.loader.MayContain(TupleOf(tc.tenant, tc.id)); got != tc.present && (tc.present || got) {
+			t.Errorf("(%s, %s): present %v, want %v", tc.tenant, tc.id, got, tc.present)
+		}
+	}
+	if st := n.follower.Stats(); st.Resyncs != 1 || len(st.FailuresByReason) != 0 {
+		t.Errorf("the session failed or read again: %d reads, failures %v", st.Resyncs, st.FailuresByReason)
+	}
+}
