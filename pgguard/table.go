@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cuckooguard/cuckooguard/fanout"
@@ -59,6 +61,8 @@ type Table[K comparable, V any] struct {
 	Options []guarded.Option
 
 	loader *guarded.Loader[K, V]
+	pool   *pgxpool.Pool                            // the Service's, for the writes
+	log    *slog.Logger                             // the Service's
 	f      keyer[K]                                 // the table's follower: a *postgres.Follower or a *fanout.Follower
 	mw     atomic.Pointer[middleware.Middleware[K]] // Middleware's, for the Service's collector
 }
@@ -257,7 +261,7 @@ func (t *Table[K, V]) setup(ctx context.Context, s *Service) (*member, error) {
 			return l.Ready() && st.State == postgres.Following, directWhy(st)
 		}
 	}
-	t.loader = l
+	t.loader, t.pool, t.log = l, s.cfg.Pool, s.log
 	return m, nil
 }
 

@@ -135,6 +135,7 @@ type Follower[K comparable] struct {
 	behindSince    atomic.Int64  // unix nanoseconds since the stream waits for a busy walsender; 0: it does not
 	busyWaits      atomic.Int64  // times the stream waited for a busy walsender instead of reconnecting
 	appliedLSN     atomic.Uint64 // pos.applied, published
+	streamID       string        // the database's identity (Database.Token): the stream of the positions reported to the feed; Run's goroutine only
 	flushedLSN     atomic.Uint64 // the position last confirmed to the server
 	retained       atomic.Int64  // bytes of WAL the slot holds, as last read
 	snapshots      atomic.Int64  // snapshot files written
