@@ -206,8 +206,9 @@ func checkMembers(t *testing.T, n *node[Tuple], c *pgx.Conn, tc tenantCase) (che
 // line. Checks made during the writes find a few (about 1 in 100,000
 // keys checked, in 1 logical run of 4; none through NOTIFY in the runs
 // here) on tables of one column as well (TestChurnWrong404), none once
-// the writes end: a fault that predates keys of several columns, left to
-// its own issue.
+// the writes end: a fault that predates keys of several columns (a
+// deletion applied before the server makes its transaction visible),
+// left to its own fix.
 func churnWrong404s(t *testing.T, wrong, checked int) {
 	t.Helper()
 	if os.Getenv("CUCKOOGUARD_CHURN_STRICT") != "" {
