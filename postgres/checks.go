@@ -122,7 +122,7 @@ func checkReplicaIdentity(ctx context.Context, conn Conn, r relation, keyColumn 
 	if err != nil {
 		return fmt.Errorf("postgres: check the replica identity of %s: %w", r, err)
 	}
-	key := slices.Sorted(slices.Values(ColumnsOf(keyColumn)))
+	key := slices.Sorted(slices.Values(columnsOf(keyColumn)))
 	if slices.Equal(cols, key) && (ident == "d" || ident == "i") {
 		return nil
 	}
@@ -163,7 +163,7 @@ func checkPublished(ctx context.Context, q queryRower, r relation, keyColumn str
 	case err != nil:
 		return fmt.Errorf("postgres: look for the publication: %w", err)
 	}
-	if key := slices.Sorted(slices.Values(ColumnsOf(keyColumn))); !slices.Equal(slices.Sorted(slices.Values(cols)), key) {
+	if key := slices.Sorted(slices.Values(columnsOf(keyColumn))); !slices.Equal(slices.Sorted(slices.Values(cols)), key) {
 		wrong = append(wrong, fmt.Sprintf("it sends columns %v, not (%s)", cols, strings.Join(key, ", ")))
 	}
 	if filter != nil {

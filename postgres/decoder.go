@@ -116,7 +116,7 @@ func (d *decoder) message(m pglogrepl.Message, sink txnSink) error {
 				continue
 			}
 			t.relID, t.keyCols = m.RelationID, t.keyCols[:0]
-			for _, key := range ColumnsOf(t.key) {
+			for _, key := range columnsOf(t.key) {
 				j := slices.IndexFunc(m.Columns, func(c *pglogrepl.RelationMessageColumn) bool { return c.Name == key })
 				if j < 0 {
 					return fmt.Errorf("%w: the stream of table %s.%s has no column %s", ErrNotPublished, t.schema, t.rel, key)

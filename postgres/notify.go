@@ -233,7 +233,7 @@ func (f *Follower[K]) scan(ctx context.Context, tx pgx.Tx, rel relation, add fun
 	if err := pinLocal(ctx, tx, f.dial.conf.RuntimeParams); err != nil {
 		return 0, err
 	}
-	cols := ColumnsOf(f.key)
+	cols := columnsOf(f.key)
 	rows, err := tx.Query(ctx, fmt.Sprintf("SELECT %s FROM %s", sanitizeColumns(cols), rel.from()))
 	if err != nil {
 		return 0, err
@@ -298,7 +298,7 @@ func ReadTable(ctx context.Context, conn *pgx.Conn, table, keyColumn string, add
 	if err != nil {
 		return Snapshot{}, 0, err
 	}
-	rows, err := tx.Query(ctx, fmt.Sprintf("SELECT %s FROM %s", sanitizeColumns(ColumnsOf(keyColumn)), rel.from()), pgx.QueryExecModeSimpleProtocol)
+	rows, err := tx.Query(ctx, fmt.Sprintf("SELECT %s FROM %s", sanitizeColumns(columnsOf(keyColumn)), rel.from()), pgx.QueryExecModeSimpleProtocol)
 	if err != nil {
 		return Snapshot{}, 0, fmt.Errorf("postgres: read table %s: %w", rel, err)
 	}

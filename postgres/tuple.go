@@ -250,8 +250,8 @@ func keyText(rule *keyRule, raw [][]byte) (string, bool, error) {
 	return s, true, err
 }
 
-// ColumnsOf returns the names of the columns of key, a key column
+// columnsOf returns the names of the columns of key, a key column
 // argument ([Columns]): one name for a key of one column.
-func ColumnsOf(key string) []string {
+func columnsOf(key string) []string {
 	return strings.Split(key, columnSep)
 }
