@@ -112,7 +112,10 @@ type position struct {
 // of the relay named by [WithRelay] (required) on nc; dsn is the
 // database's postgres:// URL, for heartbeats and reads of the table (no
 // replication needed). Of the options, all but WithStreamReplicas and
-// WithMaxAge apply.
+// WithMaxAge apply. A key of several columns is named as the relay's
+// postgres.SourceTable names it (postgres.Columns("tenant_id", "id")):
+// the relay streams each key as its postgres.Tuple, which parse reads
+// (postgres.ParseTuple for Tuple keys).
 func NewFollower[K comparable](loader postgres.Target[K], nc *nats.Conn, dsn, table, keyColumn string, parse func(string) (K, error), opts ...Option) (*Follower[K], error) {
 	c := defaults()
 	if err := options.Apply("fanout: NewFollower", &c, opts); err != nil {

@@ -122,10 +122,14 @@ func (t *Table[K, V]) token(ctx context.Context) guarded.Token {
 }
 
 // canon returns key in the form the guard holds (Table.Key's), for a
-// string key; other keys are in theirs already.
+// string key or a postgres.Tuple (each column's text in its form); other
+// keys are in theirs already.
 func (t *Table[K, V]) canon(key K) (K, error) {
-	if s, ok := any(key).(string); ok {
-		return t.f.Key(s)
+	switch k := any(key).(type) {
+	case string:
+		return t.f.Key(k)
+	case postgres.Tuple:
+		return t.f.Key(string(k))
 	}
 	return key, nil
 }
