@@ -154,6 +154,7 @@ func WithMissingKeyHandler(h http.Handler) Option {
 // safe for concurrent use by multiple goroutines.
 type Middleware[K comparable] struct {
 	filter  Filter[K]
+	cfilter ContextFilter[K] // filter, if it takes a context; nil otherwise
 	key     KeyFunc[K]
 	methods []string
 	reject  http.Handler
@@ -190,7 +191,7 @@ func New[K comparable](f Filter[K], key KeyFunc[K], opts ...Option) (*Middleware
 		}
 	}
 	return &Middleware[K]{
-		filter: f, key: key, methods: c.methods, reject: c.reject, missing: c.missing, cookie: c.cookie,
+		filter: f, cfilter: asContextFilter(f), key: key, methods: c.methods, reject: c.reject, missing: c.missing, cookie: c.cookie,
 		rejected: xsync.NewCounter(), passed: xsync.NewCounter(), missingKey: xsync.NewCounter(),
 		unfiltered: xsync.NewCounter(), falsePos: xsync.NewCounter(),
 		tokens: xsync.NewCounter(), tokenRefused: xsync.NewCounter(), tokensSet: xsync.NewCounter(),

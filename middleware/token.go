@@ -69,8 +69,8 @@ func (m *Middleware[K]) withToken(r *http.Request, text string) *http.Request {
 // mayContain asks the filter about k under r's context, which may carry a
 // token.
 func (m *Middleware[K]) mayContain(r *http.Request, k K) bool {
-	if cf, ok := m.filter.(ContextFilter[K]); ok {
-		return cf.MayContainContext(r.Context(), k)
+	if m.cfilter != nil {
+		return m.cfilter.MayContainContext(r.Context(), k)
 	}
 	if _, ok := guarded.TokenFrom(r.Context()); ok {
 		return true // a bare filter cannot wait for a token
@@ -131,4 +131,11 @@ func (m *Middleware[K]) setToken(h http.Header, t guarded.Token) {
 			h.Add("Set-Cookie", v)
 		}
 	}
+}
+
+// asContextFilter returns f as a ContextFilter if it is one, once at New
+// rather than per request.
+func asContextFilter[K comparable](f Filter[K]) ContextFilter[K] {
+	cf, _ := f.(ContextFilter[K])
+	return cf
 }
