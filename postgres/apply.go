@@ -13,6 +13,25 @@ type applier[K comparable] struct {
 	f   *Follower[K]
 	s   *session
 	now time.Time // when the message being applied arrived
+
+	// released is the heartbeat whose snapshot release last checked the
+	// held deletions against: each later commit checks only its own.
+	released *walsender
+}
+
+// heldDeletes are the deletions of one committed transaction that is not
+// known to be visible yet (Follower.held).
+//
+// Deletions wait until their transaction is visible (release): a
+// transaction is decoded as soon as its commit record is flushed, and
+// becomes visible to other sessions only when its backend leaves the
+// running transactions (under synchronous replication, once the standbys
+// answered). Removed before that, a key would read absent while every
+// query still finds its row. Creations are applied at once: early, a key
+// is a false positive, never a false negative.
+type heldDeletes[K comparable] struct {
+	xid  uint32
+	keys []K
 }
 
 // commit applies one committed transaction: its creations, less the keys
@@ -39,12 +58,17 @@ func (a *applier[K]) commit(t *txn) error {
 			return err
 		}
 	}
-	for _, text := range tt.deletes {
-		k, err := a.key(text)
-		if err != nil {
-			return err
+	if len(tt.deletes) > 0 {
+		p := heldDeletes[K]{xid: t.xid, keys: make([]K, 0, len(tt.deletes))}
+		for _, text := range tt.deletes {
+			k, err := a.key(text)
+			if err != nil {
+				return err
+			}
+			p.keys = append(p.keys, k)
 		}
-		if err := a.apply(k, true); err != nil {
+		f.held = append(f.held, p)
+		if err := a.releaseLast(); err != nil {
 			return err
 		}
 	}
@@ -55,6 +79,45 @@ func (a *applier[K]) commit(t *txn) error {
 	case t.overflow:
 		return errBigTransaction
 	}
+	return nil
+}
+
+// release applies the held deletions whose transactions the last
+// heartbeat's snapshot found visible (each heartbeat's statement reads
+// its snapshot), once per heartbeat: a deletion waits for a heartbeat
+// that ran after its transaction became visible, a heartbeat interval or
+// so. (Checked on every pass of the session's loop, the ~300 deletions
+// held under TestTupleKeysMultiTenant's writers made the loop too slow
+// under -race for its heartbeats to come back in time.) Deletions
+// commute with one another, and each pairs with a creation applied
+// before it: they may be released in any order. The held deletions
+// outlive a session (the next resumes past them, and its heartbeats
+// release them); a full read or a restore from the snapshot file
+// replaces the guard and drops them.
+func (a *applier[K]) release() error {
+	f := a.f
+	if len(f.held) == 0 || a.s.walsender == nil {
+		return nil
+	}
+	w := a.s.walsender.Load()
+	if w == nil || w == a.released {
+		return nil
+	}
+	a.released = w
+	kept := f.held[:0]
+	for _, p := range f.held {
+		if !w.snap.VisibleXid(p.xid) {
+			kept = append(kept, p)
+			continue
+		}
+		for _, k := range p.keys {
+			if err := a.apply(k, true); err != nil {
+				return err
+			}
+		}
+	}
+	clear(f.held[len(kept):])
+	f.held = kept
 	return nil
 }
 
@@ -79,6 +142,12 @@ func (a *applier[K]) control(prefix, payload string) error {
 	if prefix != controlPrefix {
 		return nil
 	}
+	// Before a heartbeat back says that every change committed before it
+	// was sent is applied (CurrentAsOf, the lease): the deletions visible
+	// to its snapshot, or a later one's, are.
+	if err := a.release(); err != nil {
+		return err
+	}
 	_, err := a.f.control(a.s, payload, a.now)
 	return err
 }
@@ -99,4 +168,30 @@ func (a *applier[K]) apply(k K, deleted bool) error {
 	a.f.applied.Add(1)
 	a.f.lastApplied.Store(a.now.UnixNano())
 	return nil
+}
+
+// releaseLast applies the deletions just held if the heartbeat that
+// release last checked against already sees their transaction.
+func (a *applier[K]) releaseLast() error {
+	f := a.f
+	if a.released == nil || !a.released.snap.VisibleXid(f.held[len(f.held)-1].xid) {
+		return nil
+	}
+	for _, k := range f.held[len(f.held)-1].keys {
+		if err := a.apply(k, true); err != nil {
+			return err
+		}
+	}
+	f.held[len(f.held)-1] = heldDeletes[K]{}
+	f.held = f.held[:len(f.held)-1]
+	return nil
+}
+
+// dropHeld forgets the held deletions, when the guard is replaced: by a
+// full read, which sees each one that is visible (the others come again
+// in the stream, past the read's snapshot), or by the snapshot file's
+// guard, which keeps their keys as false positives until the next read.
+func (f *Follower[K]) dropHeld() {
+	clear(f.held)
+	f.held = f.held[:0]
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -216,7 +217,68 @@ func applierFixture(t *testing.T, tag string) (*applier[int64], *guarded.Loader[
 	}
 	tags.run.Store(&tag)
 	f := &Follower[int64]{key: "id", table: "users", parse: parseID, feed: feed, tags: tags}
-	return &applier[int64]{f: f, now: time.Now()}, l
+	a := &applier[int64]{f: f, now: time.Now()}
+	// A heartbeat whose snapshot sees every transaction of these tests
+	// has been checked: their deletions are applied at their commits.
+	a.s = sessionSeeing(Snapshot{Xmin: 1 << 20, Xmax: 1 << 20})
+	a.released = a.s.walsender.Load()
+	return a, l
+}
+
+// sessionSeeing is a session whose last heartbeat ran under snap.
+func sessionSeeing(snap Snapshot) *session {
+	var probe atomic.Pointer[walsender]
+	probe.Store(&walsender{snap: snap})
+	return &session{walsender: &probe}
+}
+
+// TestApplierHoldsDeletionsUntilVisible: a transaction's deletions wait
+// for a heartbeat whose snapshot sees it (the stream carries a commit
+// before the server makes it visible; TestChurnWrong404), in the session
+// that decoded it or a later one, while its creations are applied at its
+// commit; a full read drops what is held.
+func TestApplierHoldsDeletionsUntilVisible(t *testing.T) {
+	a, l := applierFixture(t, "")
+	l.MarkReady()
+	for _, k := range []int64{1, 2} {
+		if err := a.f.feed.Apply(guarded.Change[int64]{Key: k}); err != nil { // read by the session's read
+			t.Fatal(err)
+		}
+	}
+	// xid 5 in progress, as the last heartbeat saw it.
+	a.s = sessionSeeing(Snapshot{Xmin: 5, Xmax: 6, Xip: []uint64{5}})
+	a.released = a.s.walsender.Load()
+	d := newDecoder(users("public"))
+	feed(t, d, a, relationMsg(7, "public", "users", "name", "id"), begin(5), deleteMsg(7, "1"), insertMsg(7, "3"), commit(0x10))
+	if err := a.release(); err != nil {
+		t.Fatal(err)
+	}
+	if !l.MayContain(1) || !l.MayContain(3) {
+		t.Fatalf("key 1 (deleted by an invisible transaction) %v, key 3 (created by it) %v: want both present", l.MayContain(1), l.MayContain(3))
+	}
+	// The session ends; the next one's first heartbeat sees xid 5.
+	next := &applier[int64]{f: a.f, now: time.Now(), s: sessionSeeing(Snapshot{Xmin: 7, Xmax: 7})}
+	if err := next.release(); err != nil {
+		t.Fatal(err)
+	}
+	if l.MayContain(1) || !l.MayContain(2) || !l.MayContain(3) || len(a.f.held) != 0 {
+		t.Fatalf("after a heartbeat that sees it: keys 1, 2, 3 = %v %v %v, %d held; want false true true, 0",
+			l.MayContain(1), l.MayContain(2), l.MayContain(3), len(a.f.held))
+	}
+	// Held again, then a full read: dropped, not applied to the new guard.
+	d = newDecoder(users("public"))
+	feed(t, d, next, relationMsg(7, "public", "users", "name", "id"), begin(9), deleteMsg(7, "2"), commit(0x20))
+	if len(a.f.held) != 1 {
+		t.Fatalf("%d transactions held, want 1", len(a.f.held))
+	}
+	a.f.dropHeld()
+	later := &applier[int64]{f: a.f, now: time.Now(), s: sessionSeeing(Snapshot{Xmin: 10, Xmax: 10})}
+	if err := later.release(); err != nil {
+		t.Fatal(err)
+	}
+	if !l.MayContain(2) {
+		t.Fatal("a deletion dropped by a full read was applied")
+	}
 }
 
 // TestApplierHoldsChangesUntilCommit: a session that ends within a

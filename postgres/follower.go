@@ -108,13 +108,14 @@ type Follower[K comparable] struct {
 
 	// Touched by Run's goroutine only.
 	feed         *guarded.Feed[K]
-	rule         *keyRule   // the key column's forms, as the session read them
-	pos          position   // logical decoding: what the guard reflects
-	pending      ReadReason // why the next session must read the whole table; "" if it may resume (see decide)
-	degradedSaid bool       // the refusal to save a degraded guard was logged
-	lastStream   uint32     // the walsender of the last session's stream
-	noteSaid     bool       // a failure to note the slot in cuckooguard_slots was logged
-	registry     config     // where cuckooguard_slots is (WithRegistry)
+	rule         *keyRule         // the key column's forms, as the session read them
+	pos          position         // logical decoding: what the guard reflects
+	pending      ReadReason       // why the next session must read the whole table; "" if it may resume (see decide)
+	held         []heldDeletes[K] // deletions applied to the position but not yet to the guard: their transactions are not known visible (apply.go)
+	degradedSaid bool             // the refusal to save a degraded guard was logged
+	lastStream   uint32           // the walsender of the last session's stream
+	noteSaid     bool             // a failure to note the slot in cuckooguard_slots was logged
+	registry     config           // where cuckooguard_slots is (WithRegistry)
 
 	state          atomic.Int32
 	readyTill      mono.Deadline // until when Following holds (grant)

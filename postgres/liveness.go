@@ -37,25 +37,30 @@ type walsender struct {
 	sent    pglogrepl.LSN // how far it has decoded the WAL
 	behind  int64         // bytes of WAL it has yet to decode
 	worked  time.Time     // when it was last found at work, by this heartbeat or an earlier one
+	snap    Snapshot      // the heartbeat's own snapshot: which transactions were visible when it ran (apply.go's deletions)
 }
 
 // walsenderQuery is appended to a heartbeat's statement (emit): the wait
 // event of the walsender of pid $5 (NULL on the CPU), how far it has
-// decoded, and the end of the WAL, as one row with the heartbeat.
+// decoded, the end of the WAL, and the statement's snapshot, as one row
+// with the heartbeat.
 const walsenderQuery = `, a.pid IS NOT NULL, coalesce(a.wait_event_type || '/' || a.wait_event, ''),
-	coalesce(r.sent_lsn, '0/0')::text, pg_current_wal_lsn()::text
+	coalesce(r.sent_lsn, '0/0')::text, pg_current_wal_lsn()::text, pg_current_snapshot()::text
 	FROM (SELECT) x LEFT JOIN pg_stat_activity a ON a.pid = $5 LEFT JOIN pg_stat_replication r ON r.pid = $5`
 
 // scanWalsender reads the columns of walsenderQuery from row, for the
 // heartbeat sent at at; prev is what the last one said.
 func scanWalsender(row pgx.Row, at time.Time, prev *walsender) (*walsender, error) {
 	var found bool
-	var wait, sent, end string
-	if err := row.Scan(nil, &found, &wait, &sent, &end); err != nil {
+	var wait, sent, end, snap string
+	if err := row.Scan(nil, &found, &wait, &sent, &end, &snap); err != nil {
 		return nil, err
 	}
 	w := &walsender{at: at, wait: wait}
 	var err error
+	if w.snap, err = ParseSnapshot(snap); err != nil {
+		return nil, err
+	}
 	if w.sent, err = pglogrepl.ParseLSN(sent); err != nil {
 		return nil, err
 	}

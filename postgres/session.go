@@ -305,6 +305,9 @@ func (f *Follower[K]) stream(ctx context.Context, sender *pgx.Conn, rc *pgconn.P
 			conn.SetReadDeadline(past)
 			msg, err = rc.ReceiveMessage(context.Background())
 		}
+		if err := app.release(); err != nil { // deletions whose transactions are visible now
+			return err
+		}
 		if !dec.open {
 			if err := f.maybeSave(ctx); err != nil {
 				f.log.LogAttrs(ctx, slog.LevelWarn, "cuckooguard: follower could not save its guard", slog.Any("error", err))

@@ -148,6 +148,7 @@ func (f *Follower[K]) restore(ctx context.Context, id slotID, st slotState, pub 
 	if err := f.feed.Replace(g); err != nil {
 		return fallback(ReadBadSnapshot, err.Error())
 	}
+	f.dropHeld()
 	// The Inserts that ran before Replace added their keys to the guard
 	// it closed, and tagged their writes with the run's tag until now:
 	// those must be applied from the stream, not skipped. Replace waited
@@ -178,6 +179,7 @@ func (f *Follower[K]) restore(ctx context.Context, id slotID, st slotState, pub 
 // the fresh guard directly.
 func (f *Follower[K]) readAll(ctx context.Context, sender *pgx.Conn, rc *pgconn.PgConn, id slotID, rel relation, pub string, reason ReadReason) (string, pglogrepl.LSN, error) {
 	f.pos.valid = false
+	f.dropHeld() // the read sees every deletion that is visible, and the stream brings the others
 	slot, temporary := id.name, id.name == ""
 	if temporary {
 		slot = fmt.Sprintf("cg_tmp_%016x", rand.Uint64())
