@@ -45,10 +45,12 @@ type counterStripe struct {
 	// and deleted through this stripe; both only grow.
 	inserts atomic.Uint64
 	deletes atomic.Uint64
-	// copies is the occupied slots added through this stripe and not yet
-	// flushed to Shard.copies.
-	copies atomic.Int64
-	_      [cacheLine - 32]byte
+	// flushed is the net number of occupied slots that this stripe's
+	// inserts and deletes added and that were flushed to Shard.copies:
+	// the stripe holds back inserts - deletes - flushed. (Deriving it,
+	// rather than counting it too, saves each write an atomic add.)
+	flushed atomic.Int64
+	_       [cacheLine - 32]byte
 }
 
 // token picks a writer's stripe. Tokens live in a sync.Pool, whose
@@ -166,16 +168,16 @@ func (s *Shard) flushBatch(t *table) int64 {
 
 // countInsert counts one item inserted into t through stripe st.
 func (s *Shard) countInsert(st *counterStripe, t *table) {
-	st.inserts.Add(1)
-	if c := st.copies.Add(1); c >= s.flushBatch(t) {
+	n := st.inserts.Add(1)
+	if c := int64(n-st.deletes.Load()) - st.flushed.Load(); c >= s.flushBatch(t) {
 		s.flush(st, c, t)
 	}
 }
 
 // countDelete counts one item deleted from t through stripe st.
 func (s *Shard) countDelete(st *counterStripe, t *table) {
-	st.deletes.Add(1)
-	if c := st.copies.Add(-1); -c >= s.flushBatch(t) {
+	n := st.deletes.Add(1)
+	if c := int64(st.inserts.Load()-n) - st.flushed.Load(); -c >= s.flushBatch(t) {
 		s.flush(st, c, t)
 	}
 }
@@ -183,10 +185,13 @@ func (s *Shard) countDelete(st *counterStripe, t *table) {
 // flush moves c copies from stripe st to Shard.copies, and marks the
 // shard due to double if that brings it to its growth policy's threshold
 // in t. The shard's count is added before st's is taken back, so that
-// their sum never understates the copies.
+// their sum never understates the copies. Two writers of one stripe may
+// both flush what they saw held back: each adds to both sides, so the
+// sum stays exact, and the stripe then holds back a negative amount that
+// its next flush returns.
 func (s *Shard) flush(st *counterStripe, c int64, t *table) {
 	n := s.copies.Add(c)
-	st.copies.Add(-c)
+	st.flushed.Add(c)
 	if g := s.growth; c > 0 && g != nil && !s.due.Load() &&
 		float64(n) >= g.threshold*float64(len(t.buckets)*slotsPerBucket) {
 		s.due.Store(true)
@@ -204,7 +209,9 @@ func (s *Shard) addCopies(n int64) {
 func (s *Shard) copiesNow() int64 {
 	n := s.copies.Load()
 	for i := range s.stripes() {
-		n += s.stripe(i).copies.Load()
+		st := s.stripe(i)
+		d := st.deletes.Load()
+		n += int64(st.inserts.Load()-d) - st.flushed.Load()
 	}
 	return n
 }

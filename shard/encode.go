@@ -162,7 +162,7 @@ func (s *Shard) ReadFrom(r io.Reader) (int64, error) {
 	// for the one read.
 	s.initCounters(int(t.k))
 	s.stripe(0).inserts.Store(items)
-	s.copies.Store(int64(copies))
+	s.copies.Store(int64(copies - items)) // the stripe holds back the items
 	s.doublings.Store(int32(doublings))
 	return read, nil
 }
