@@ -3,6 +3,7 @@ module github.com/cuckooguard/cuckooguard/examples
 go 1.26.0
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/cuckooguard/cuckooguard v0.0.0-00010101000000-000000000000
 	github.com/cuckooguard/cuckooguard/metrics v0.0.0-00010101000000-000000000000
 	github.com/cuckooguard/cuckooguard/postgres v0.0.0-00010101000000-000000000000
@@ -16,7 +17,6 @@ require (
 )
 
 require (
-	connectrpc.com/connect v1.21.1 // indirect
 	github.com/klauspost/compress v1.20.1 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
@@ -29,6 +29,7 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/cuckooguard/cuckooguard/fanout v0.0.0-00010101000000-000000000000
+	github.com/cuckooguard/cuckooguard/pgguard v0.0.0-00010101000000-000000000000
 	github.com/cuckooguard/cuckooguard/rpcguard v0.0.0-00010101000000-000000000000
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/jackc/pgio v1.0.0 // indirect
@@ -64,3 +65,5 @@ replace github.com/cuckooguard/cuckooguard/metrics => ../metrics
 replace github.com/cuckooguard/cuckooguard/fanout => ../fanout
 
 replace github.com/cuckooguard/cuckooguard/rpcguard => ../rpcguard
+
+replace github.com/cuckooguard/cuckooguard/pgguard => ../pgguard

@@ -157,6 +157,7 @@ func (s *fsession[K]) ctl(c ctlMsg, seq uint64, now time.Time) error {
 	}
 	s.control(c.Payload, now)
 	s.advance(seq)
+	s.reached(c.LSN)
 	return nil
 }
 
@@ -253,7 +254,21 @@ func (s *fsession[K]) tx(m txMsg, seq uint64) error {
 	if t.Reread {
 		return &reread{readReread}
 	}
+	s.reached(t.LSN)
 	return nil
+}
+
+// reached reports to the Loader that the guard holds every change of the
+// table committed up to lsn (a transaction's, or a control message's,
+// which came after every transaction of the table before it): lookups
+// under a token at or before it no longer wait (postgres.WriteToken).
+func (s *fsession[K]) reached(lsn uint64) {
+	if lsn == 0 {
+		return
+	}
+	if tok, err := guarded.NewToken(s.f.db.Token(), lsn); err == nil {
+		s.f.feed.Reached(tok)
+	}
 }
 
 // apply applies one whole transaction: nothing if the last read saw it,

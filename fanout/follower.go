@@ -73,6 +73,7 @@ type Follower[K comparable] struct {
 	// followedOnce: a session has followed. Until then a stream that is not
 	// there yet is the relay starting, not a fault.
 	followedOnce bool
+	saidNoStream bool // the first start's wait for the relay's stream was logged
 
 	state       atomic.Int32
 	readyTill   mono.Deadline // until when Following holds (fsession.grant)
@@ -111,7 +112,10 @@ type position struct {
 // of the relay named by [WithRelay] (required) on nc; dsn is the
 // database's postgres:// URL, for heartbeats and reads of the table (no
 // replication needed). Of the options, all but WithStreamReplicas and
-// WithMaxAge apply.
+// WithMaxAge apply. A key of several columns is named as the relay's
+// postgres.SourceTable names it (postgres.Columns("tenant_id", "id")):
+// the relay streams each key as its postgres.Tuple, which parse reads
+// (postgres.ParseTuple for Tuple keys).
 func NewFollower[K comparable](loader postgres.Target[K], nc *nats.Conn, dsn, table, keyColumn string, parse func(string) (K, error), opts ...Option) (*Follower[K], error) {
 	c := defaults()
 	if err := options.Apply("fanout: NewFollower", &c, opts); err != nil {
@@ -300,15 +304,19 @@ func (f *Follower[K]) Run(ctx context.Context) error {
 		}
 		if reason != f.down {
 			f.down = reason
-			level := slog.LevelWarn
 			if !f.followedOnce && reason == failSetup && errors.Is(err, jetstream.ErrStreamNotFound) && time.Since(f.started) < startupGrace {
 				// A first start beside a relay that has not made its
-				// stream yet: no fault.
-				level = slog.LevelInfo
+				// stream yet: no fault, said once.
 				f.down = ""
+				if !f.saidNoStream {
+					f.saidNoStream = true
+					f.c.logger.LogAttrs(ctx, slog.LevelInfo, "cuckooguard: fanout follower waits for the relay to make its stream (a first start); lookups pass through until it follows",
+						slog.String("stream", f.c.stream))
+				}
+			} else {
+				f.c.logger.LogAttrs(ctx, slog.LevelWarn, "cuckooguard: fanout follower session failed; lookups pass through until it follows again",
+					slog.String("reason", reason), slog.Any("error", err), slog.Duration("retry_in", delay))
 			}
-			f.c.logger.LogAttrs(ctx, level, "cuckooguard: fanout follower session failed; lookups pass through until it follows again",
-				slog.String("reason", reason), slog.Any("error", err), slog.Duration("retry_in", delay))
 		}
 		t := time.NewTimer(delay)
 		select {

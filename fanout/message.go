@@ -95,9 +95,15 @@ func decodeTx(b []byte) (txMsg, error) {
 // transaction came since (a purged or aged-out stream, a consumer that
 // skipped what was gone).
 type ctlMsg struct {
-	Epoch   string `json:"e"`
-	Term    uint64 `json:"t,omitempty"`
-	Prev    uint64 `json:"p"`
+	Epoch string `json:"e"`
+	Term  uint64 `json:"t,omitempty"`
+	Prev  uint64 `json:"p"`
+	// LSN is the end of the commit record of the marker's or heartbeat's
+	// own transaction: a follower that has applied Prev has applied every
+	// change of the table committed before it, and reports it to its
+	// Loader (guarded.Feed.Reached: consistency tokens). 0 from a relay of
+	// an earlier version.
+	LSN     uint64 `json:"l,omitempty"`
 	Payload string `json:"c"`
 	// Seen is the identity of the table (postgres.TableIdentity) that the
 	// marker's or heartbeat's own transaction saw, and Table the identity

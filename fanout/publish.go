@@ -215,7 +215,7 @@ func (h *relayHandler) Commit(ctx context.Context, c *postgres.SourceCommit) err
 			continue // a follower of another relay, or of a table this relay does not stream
 		}
 		t := &h.tables[i]
-		m := ctlMsg{Epoch: t.epoch, Term: h.lease.term, Prev: t.last, Payload: ctl.Payload, Table: t.identity.String()}
+		m := ctlMsg{Epoch: t.epoch, Term: h.lease.term, Prev: t.last, LSN: uint64(c.LSN), Payload: ctl.Payload, Table: t.identity.String()}
 		if !ctl.Table.IsZero() {
 			m.Seen = ctl.Table.String()
 			if ctl.Table != t.identity {

@@ -110,4 +110,25 @@
 // it was, and the feed's next heartbeat (late, so the lease lapses) or
 // its silence ends it within the lease's length. Keep leases short: the
 // postgres followers grant the max lag (150 ms by default).
+//
+// # Reading your own writes on every replica
+//
+// A ready Loader may be up to its feed's lag behind the store: a row
+// created on one replica and looked up on another a millisecond later can
+// be missing from the second replica's guard. A consistency [Token] names
+// a write's place in the store's change stream (package postgres's
+// WriteToken: the database and its WAL position after the commit). A
+// lookup made under it ([WithToken]) is answered "absent" only once the
+// feed has reported a position at or past it ([Feed.Reached], which the
+// postgres and fanout followers call for each transaction and heartbeat
+// they apply); until then it waits, up to [WithTokenWait], and then asks
+// the store. A token of another stream, or one a front could not read
+// ([WithUnreadableToken]), asks the store at once. The fronts carry
+// tokens for a client: the middleware's Cuckooguard-Token header (and
+// cookie), rpcguard's cuckooguard-token metadata, set on the responses of
+// writes whose handlers recorded a token ([Wrote], which pgguard's Table
+// writes call) and honoured on requests, for the front's own answer and
+// the handler's lookups. A lookup without a token pays one atomic load;
+// once a process has made a token, its lookups also search their context
+// for one.
 package guarded

@@ -57,6 +57,7 @@ type feedTarget[K comparable] interface {
 	detach(f *Feed[K])
 	MarkReady()
 	readyUntil(t time.Time)
+	reached(t Token)
 	setKeyRule(canon func(K) (K, error))
 	Invalidate()
 	Guard() *guard.Guard
@@ -151,6 +152,21 @@ func (f *Feed[K]) MarkReady() {
 func (f *Feed[K]) ReadyUntil(t time.Time) {
 	if !f.detached.Load() {
 		f.l.readyUntil(t)
+	}
+}
+
+// Reached declares that the guard holds every change of the store's
+// stream up to t: the stream applied each committed write at or before
+// t's position (or found nothing of the store's between its last one and
+// there). Lookups under a token ([WithToken]) of t's stream at or before
+// that position no longer wait (see [Token]). Report it after the changes
+// are applied, as often as is cheap (each transaction, each heartbeat);
+// a stream that starts over from an earlier position (its store was
+// restored) reports the earlier one. It changes nothing of readiness: a
+// Loader that is not ready passes lookups through whatever their token.
+func (f *Feed[K]) Reached(t Token) {
+	if !f.detached.Load() && !t.IsZero() {
+		f.l.reached(t)
 	}
 }
 

@@ -35,6 +35,7 @@ func (l *Loader[K, V]) detach(f *Feed[K]) {
 	l.Invalidate()
 	if l.feed.CompareAndSwap(f, nil) {
 		l.rule.Store(nil)
+		l.reach.clear()
 	}
 }
 

@@ -21,6 +21,17 @@ func (l *Loader[K, V]) MayContain(key K) bool {
 	return until == notReady || v.passes(h) || v.g.ContainsHash(h) || !l.ready.holds(until)
 }
 
+// MayContainContext is [Loader.MayContain] for a lookup made under ctx:
+// if ctx carries a [Token] ([WithToken]), it answers false only once the
+// Loader's stream has reached the token, waiting for it up to
+// [WithTokenWait] (or until ctx ends) and answering true if it has not.
+func (l *Loader[K, V]) MayContainContext(ctx context.Context, key K) bool {
+	if tokensUsed.Load() && !l.afterToken(ctx) {
+		return true
+	}
+	return l.MayContain(key)
+}
+
 // Get returns the value of key. If the Loader is ready and the guard knows
 // the key is absent, Get returns [ErrNotFound] without calling the store.
 // Otherwise it calls the store, sharing one call among concurrent Gets of
@@ -31,6 +42,10 @@ func (l *Loader[K, V]) MayContain(key K) bool {
 // whether the guard or the store answered, before and after warm-up; if
 // the guard had let the key through, it counts as an observed false
 // positive.
+//
+// If ctx carries a [Token] ([WithToken]), Get answers ErrNotFound from
+// the guard only once the Loader's stream has reached the token, waiting
+// for it up to [WithTokenWait], and otherwise asks the store.
 //
 // The shared call runs under the context of the Get that started it
 // (bounded by [WithLoadTimeout] if set). A Get whose ctx ends stops
@@ -55,6 +70,11 @@ func (l *Loader[K, V]) Get(ctx context.Context, key K) (V, error) {
 	// key or a resync that happens after this point voids what we may
 	// cache below.
 	key, judged := l.canon(key)
+	// A token waits for the stream before the guard is read (token.go);
+	// without one this is an atomic load.
+	if tokensUsed.Load() && !l.afterToken(ctx) {
+		judged = false
+	}
 	gen := l.negGen.Load()
 	until, v := l.readyView()
 	h := l.codec.hash(v.g, key)

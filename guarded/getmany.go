@@ -11,7 +11,8 @@ import (
 // [guard.Guard.ContainsMany] does); the rest go to the store in one call of
 // its GetMany if it is a [BatchGetter], or, if not, one Get per key. A key asked for more than once is looked up once. Concurrent Gets
 // and GetManys of the same key share one store call, as Gets do, and the
-// negative cache ([WithNegativeCache]) answers and learns as for Get.
+// negative cache ([WithNegativeCache]) answers and learns as for Get. A
+// [Token] in ctx is judged once for the batch, as Get judges it.
 //
 // If the batch lookup fails, every key it was asked for gets its error. If
 // ctx ends, the keys not answered yet get ctx.Err(). A batch lookup that
@@ -43,7 +44,8 @@ func (l *Loader[K, V]) GetMany(ctx context.Context, keys []K) (vals []V, errs []
 		}
 		keys = canon
 	}
-	gen := l.negGen.Load() // before the guard: see readyView
+	tokenOK := !tokensUsed.Load() || l.afterToken(ctx) // before the guard: token.go
+	gen := l.negGen.Load()                             // before the guard: see readyView
 	until, v := l.readyView()
 	hs := make([]uint64, len(keys))
 	for i, k := range keys {
@@ -53,7 +55,7 @@ func (l *Loader[K, V]) GetMany(ctx context.Context, keys []K) (vals []V, errs []
 		l.recheck(v)
 	}
 	maybe := make([]bool, len(keys))
-	ready := until != notReady
+	ready := until != notReady && tokenOK
 	if ready {
 		v.g.ContainsManyHashes(hs, maybe)
 		ready = l.ready.holds(until) // one reading of the clock, after the guard's (lease.go)

@@ -54,6 +54,11 @@ type Loader[K comparable, V any] struct {
 
 	storeCalls, avoided, falsePos, negHits, passed, letThrough, batchCalls *xsync.Counter
 
+	// Consistency tokens (token.go): how far the feed has applied the
+	// store's changes, and the counters of lookups that carried a token.
+	reach                                               reach
+	tokenLookups, tokenWaits, tokenPassed, tokenForeign *xsync.Counter
+
 	// Writes (write.go). writeMu orders writes against the start and the
 	// end of a rebuild: an insert holds it shared from its guard add to
 	// the end of its write, so that the rebuild, which takes it
@@ -153,6 +158,7 @@ func New[K comparable, V any](g *guard.Guard, store Getter[K, V], opts ...Option
 		now:          time.Now,
 		maxUnsettled: DefaultMaxUnsettled,
 		settleTime:   DefaultSettleTime,
+		tokenWait:    DefaultTokenWait,
 	}
 	if err := options.Apply("guarded: New", &c, opts); err != nil {
 		return nil, err
@@ -184,6 +190,7 @@ func New[K comparable, V any](g *guard.Guard, store Getter[K, V], opts ...Option
 		storeCalls: xsync.NewCounter(), avoided: xsync.NewCounter(), falsePos: xsync.NewCounter(),
 		negHits: xsync.NewCounter(), passed: xsync.NewCounter(), letThrough: xsync.NewCounter(),
 		rebuilds: xsync.NewCounter(), rebuildErrs: xsync.NewCounter(), batchCalls: xsync.NewCounter(),
+		tokenLookups: xsync.NewCounter(), tokenWaits: xsync.NewCounter(), tokenPassed: xsync.NewCounter(), tokenForeign: xsync.NewCounter(),
 	}
 	if c.negSize > 0 {
 		l.neg = newNegCache[K](c.negSize, c.negTTL, c.now)

@@ -104,3 +104,61 @@ func BenchmarkLoaderGet(b *testing.B) {
 		l.Close()
 	}
 }
+
+// BenchmarkLoaderGetToken is the cost of a consistency token: Get under a
+// token the feed has reached (no wait), and Get without one in a process
+// where tokens are in use (the context is searched for one). Run it on
+// its own: once a token is made, every later lookup of the process
+// searches its context (BenchmarkLoaderGet measures the process that
+// never made one).
+func BenchmarkLoaderGetToken(b *testing.B) {
+	g, err := guard.New(guard.WithCapacity(100_000), guard.WithSeed(1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := New(g, getter(func(ctx context.Context, k string) (string, error) {
+		if k == "42" {
+			return k, nil
+		}
+		return "", ErrNotFound
+	}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	feed, err := l.AttachFeed()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer feed.Detach()
+	if err := feed.Resync(context.Background(), func(ctx context.Context, add func(string) error) error {
+		for i := range 100_000 {
+			if err := add(strconv.Itoa(i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+	at, _ := NewToken("7303918273_5", 1000)
+	feed.Reached(at)
+	feed.ReadyUntil(time.Now().Add(time.Hour))
+	before, _ := NewToken("7303918273_5", 999)
+	// A request's context, a few values deep, as under net/http.
+	type k int
+	req := context.WithValue(context.WithValue(context.WithValue(context.Background(), k(1), 1), k(2), 2), k(3), 3)
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+	}{{"none", req}, {"reached", WithToken(req, before)}} {
+		for _, key := range []string{"42", "absent-x"} {
+			b.Run(fmt.Sprintf("token=%s/key=%s", c.name, key), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					l.Get(c.ctx, key)
+				}
+			})
+		}
+	}
+}

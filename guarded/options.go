@@ -48,6 +48,7 @@ type config struct {
 	now          func() time.Time
 	maxUnsettled int
 	settleTime   time.Duration
+	tokenWait    time.Duration
 	// forgetUnknown drops every unknown outcome: a mutation for tests
 	// (withoutUnsettled), never set otherwise.
 	forgetUnknown bool
@@ -185,6 +186,9 @@ func (c *config) validate() error {
 	}
 	if !(c.maxFPR > 0 && c.maxFPR <= 1) {
 		return fmt.Errorf("guarded: max FPR %v out of range (0, 1]", c.maxFPR)
+	}
+	if c.tokenWait < 0 {
+		return fmt.Errorf("guarded: token wait %v must not be negative", c.tokenWait)
 	}
 	if c.loadTimeout < 0 {
 		return fmt.Errorf("guarded: load timeout %v must not be negative", c.loadTimeout)

@@ -22,6 +22,10 @@ type Stats struct {
 	Rebuilding         bool        // a rebuild is running
 	Rebuilds           uint64      // rebuilds swapped in
 	RebuildErrors      uint64      // rebuilds that failed
+	TokenLookups       uint64      // lookups that carried a token (WithToken)
+	TokenWaits         uint64      // of those, lookups that waited for the stream to reach their token
+	TokenPassed        uint64      // of those, lookups passed through because the stream had not reached their token within WithTokenWait
+	TokenForeign       uint64      // lookups passed through because their token was of another stream
 	Guard              guard.Stats // the current guard
 }
 
@@ -49,6 +53,10 @@ func (l *Loader[K, V]) Stats() Stats {
 		Rebuilding:         l.rebuilding.Load(),
 		Rebuilds:           uint64(l.rebuilds.Value()),
 		RebuildErrors:      uint64(l.rebuildErrs.Value()),
+		TokenLookups:       uint64(l.tokenLookups.Value()),
+		TokenWaits:         uint64(l.tokenWaits.Value()),
+		TokenPassed:        uint64(l.tokenPassed.Value()),
+		TokenForeign:       uint64(l.tokenForeign.Value()),
 		Guard:              v.g.Stats(),
 	}
 	for i := range v.pass {

@@ -145,6 +145,8 @@ func NewLoaderCollector(l LoaderStatser, opts ...Option) prometheus.Collector {
 		Help: `Lookups (Get, each key of GetMany) by result: "avoided" (the guard said absent), "negative_cache", "let_through" (the key may exist: the store was asked), "passed_through" (the Loader was not ready).`}
 	rebuilds := collect.Metric{Subsystem: sub, Name: "rebuilds_total", Type: prometheus.CounterValue, Labels: []string{"result"},
 		Help: `Guard rebuilds by result: "ok" (swapped in) or "error".`}
+	tokens := collect.Metric{Subsystem: sub, Name: "token_lookups_total", Type: prometheus.CounterValue, Labels: []string{"result"},
+		Help: `Lookups under a consistency token by result: "reached" (the stream had reached it, or the Loader was not ready), "waited" (for the stream, which reached it), "passed_through" (not reached within the token wait: the store was asked), "foreign" (a token of another stream, or one that did not read).`}
 	c.Add(collect.Metric{Subsystem: sub, Name: "ready", Type: prometheus.GaugeValue,
 		Help: "1 when the guard answers not found on its own; 0 while lookups pass through (warming up, resyncing, follower behind)."},
 		func(s *guarded.Stats) float64 { return collect.Bool(s.Ready) }).
@@ -174,7 +176,13 @@ func NewLoaderCollector(l LoaderStatser, opts ...Option) prometheus.Collector {
 			Help: "1 while a rebuild runs."},
 			func(s *guarded.Stats) float64 { return collect.Bool(s.Rebuilding) }).
 		Add(rebuilds, func(s *guarded.Stats) float64 { return float64(s.Rebuilds) }, "ok").
-		Add(rebuilds, func(s *guarded.Stats) float64 { return float64(s.RebuildErrors) }, "error")
+		Add(rebuilds, func(s *guarded.Stats) float64 { return float64(s.RebuildErrors) }, "error").
+		Add(tokens, func(s *guarded.Stats) float64 {
+			return float64(s.TokenLookups - min(s.TokenLookups, s.TokenWaits+s.TokenForeign))
+		}, "reached").
+		Add(tokens, func(s *guarded.Stats) float64 { return float64(s.TokenWaits - min(s.TokenWaits, s.TokenPassed)) }, "waited").
+		Add(tokens, func(s *guarded.Stats) float64 { return float64(s.TokenPassed) }, "passed_through").
+		Add(tokens, func(s *guarded.Stats) float64 { return float64(s.TokenForeign) }, "foreign")
 	addGuard(c, func(s *guarded.Stats) *guard.Stats { return &s.Guard })
 	return c
 }
@@ -186,13 +194,18 @@ func NewMiddlewareCollector(m MiddlewareStatser, opts ...Option) prometheus.Coll
 	const sub = "http"
 	requests := collect.Metric{Subsystem: sub, Name: "requests_total", Type: prometheus.CounterValue, Labels: []string{"result"},
 		Help: `Requests seen by the middleware by result: "rejected" (404 without the handler), "passed" (the key may exist), "missing_key", "unfiltered" (a method not filtered).`}
+	tokens := collect.Metric{Subsystem: sub, Name: "tokens_total", Type: prometheus.CounterValue, Labels: []string{"result"},
+		Help: `Consistency tokens: "read" from requests, "refused" (a token that did not read: the request passed through), "set" on the responses of writes.`}
 	c.Add(requests, func(s *middleware.Stats) float64 { return float64(s.Rejected) }, "rejected").
 		Add(requests, func(s *middleware.Stats) float64 { return float64(s.Passed) }, "passed").
 		Add(requests, func(s *middleware.Stats) float64 { return float64(s.MissingKey) }, "missing_key").
 		Add(requests, func(s *middleware.Stats) float64 { return float64(s.Unfiltered) }, "unfiltered").
 		Add(collect.Metric{Subsystem: sub, Name: "false_positives_total", Type: prometheus.CounterValue,
 			Help: "Requests passed to the handler that answered 404."},
-			func(s *middleware.Stats) float64 { return float64(s.FalsePositives) })
+			func(s *middleware.Stats) float64 { return float64(s.FalsePositives) }).
+		Add(tokens, func(s *middleware.Stats) float64 { return float64(s.Tokens - min(s.Tokens, s.TokensRefused)) }, "read").
+		Add(tokens, func(s *middleware.Stats) float64 { return float64(s.TokensRefused) }, "refused").
+		Add(tokens, func(s *middleware.Stats) float64 { return float64(s.TokensSet) }, "set")
 	return c
 }
 

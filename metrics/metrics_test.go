@@ -183,6 +183,11 @@ func TestLoaderCollector(t *testing.T) {
 		"app_loader_rebuilding":                             gauge(0),
 		`app_loader_rebuilds_total{result="ok"}`:            counter(float64(st.Rebuilds)),
 		`app_loader_rebuilds_total{result="error"}`:         counter(float64(st.RebuildErrors)),
+		// No lookup carried a token: TestMiddlewareTokenCollector.
+		`app_loader_token_lookups_total{result="reached"}`:        counter(0),
+		`app_loader_token_lookups_total{result="waited"}`:         counter(0),
+		`app_loader_token_lookups_total{result="passed_through"}`: counter(0),
+		`app_loader_token_lookups_total{result="foreign"}`:        counter(0),
 	} {
 		want[k] = v
 	}
@@ -243,6 +248,9 @@ func TestMiddlewareCollector(t *testing.T) {
 		`cuckooguard_http_requests_total{result="missing_key"}`: counter(1),
 		`cuckooguard_http_requests_total{result="unfiltered"}`:  counter(4),
 		"cuckooguard_http_false_positives_total":                counter(1),
+		`cuckooguard_http_tokens_total{result="read"}`:          counter(0),
+		`cuckooguard_http_tokens_total{result="refused"}`:       counter(0),
+		`cuckooguard_http_tokens_total{result="set"}`:           counter(0),
 	})
 	metricstest.Lint(t, reg)
 }
@@ -410,4 +418,63 @@ func TestNilArguments(t *testing.T) {
 			call()
 		}()
 	}
+}
+
+// TestMiddlewareTokenCollector: the token counters of the middleware and
+// of its Loader, each a distinct count.
+func TestMiddlewareTokenCollector(t *testing.T) {
+	g := newGuard(t)
+	l, err := guarded.New(g, guarded.GetterFunc[string, string](func(context.Context, string) (string, error) { return "", guarded.ErrNotFound }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	feed, err := l.AttachFeed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer feed.Detach()
+	tok, _ := guarded.NewToken("db", 5)
+	feed.Reached(tok)
+	feed.MarkReady()
+	mw, err := middleware.New(l, middleware.PathValue("id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/users/{id}", mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		guarded.Wrote(r.Context(), tok)
+		http.NotFound(w, r)
+	})))
+	for _, r := range []struct{ req, token string }{
+		{"GET /users/a", "db.5"}, {"GET /users/b", "db.4"}, {"GET /users/c", "db.3"}, // read, reached
+		{"GET /users/d", "other.1"},                      // read, of another stream
+		{"GET /users/e", "bad"}, {"GET /users/f", "bad"}, // refused
+		{"POST /users/g", ""}, // set
+	} {
+		method, path, _ := strings.Cut(r.req, " ")
+		req := httptest.NewRequest(method, path, nil)
+		if r.token != "" {
+			req.Header.Set(middleware.TokenHeader, r.token)
+		}
+		mux.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics.NewMiddlewareCollector(mw), metrics.NewLoaderCollector(l))
+	got := metricstest.Gather(t, reg)
+	want := map[string]sample{
+		`cuckooguard_http_tokens_total{result="read"}`:                    counter(4),
+		`cuckooguard_http_tokens_total{result="refused"}`:                 counter(2),
+		`cuckooguard_http_tokens_total{result="set"}`:                     counter(1),
+		`cuckooguard_loader_token_lookups_total{result="reached"}`:        counter(3),
+		`cuckooguard_loader_token_lookups_total{result="waited"}`:         counter(0),
+		`cuckooguard_loader_token_lookups_total{result="passed_through"}`: counter(0),
+		`cuckooguard_loader_token_lookups_total{result="foreign"}`:        counter(3),
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok && !strings.Contains(k, "token") {
+			delete(got, k)
+		}
+	}
+	metricstest.Compare(t, got, want)
 }

@@ -63,7 +63,7 @@ func ExampleNew() {
 	// handler called for 42
 	// /users/42 200 text/plain; charset=utf-8
 	// /users/7 404 application/problem+json
-	// {Rejected:1 Passed:1 MissingKey:0 Unfiltered:0 FalsePositives:0}
+	// {Rejected:1 Passed:1 MissingKey:0 Unfiltered:0 FalsePositives:0 Tokens:0 TokensRefused:0 TokensSet:0}
 }
 
 // ExampleParse: keys in the form the guard holds them, whatever form the

@@ -122,6 +122,7 @@ type config struct {
 	methods []string
 	reject  http.Handler
 	missing http.Handler
+	cookie  *http.Cookie // WithTokenCookie's template
 }
 
 // WithMethods sets the request methods that are filtered; requests with
@@ -153,12 +154,15 @@ func WithMissingKeyHandler(h http.Handler) Option {
 // safe for concurrent use by multiple goroutines.
 type Middleware[K comparable] struct {
 	filter  Filter[K]
+	cfilter ContextFilter[K] // filter, if it takes a context; nil otherwise
 	key     KeyFunc[K]
 	methods []string
 	reject  http.Handler
 	missing http.Handler
+	cookie  *http.Cookie
 
 	rejected, passed, missingKey, unfiltered, falsePos *xsync.Counter
+	tokens, tokenRefused, tokensSet                    *xsync.Counter
 }
 
 // New returns a Middleware that asks f about the key that key extracts.
@@ -181,10 +185,16 @@ func New[K comparable](f Filter[K], key KeyFunc[K], opts ...Option) (*Middleware
 	if c.reject == nil {
 		return nil, errors.New("middleware: nil reject handler")
 	}
+	if c.cookie != nil {
+		if c.cookie.Name == "" || (&http.Cookie{Name: c.cookie.Name, Value: "x"}).Valid() != nil {
+			return nil, fmt.Errorf("middleware: WithTokenCookie: %q is not a cookie name", c.cookie.Name)
+		}
+	}
 	return &Middleware[K]{
-		filter: f, key: key, methods: c.methods, reject: c.reject, missing: c.missing,
+		filter: f, cfilter: asContextFilter(f), key: key, methods: c.methods, reject: c.reject, missing: c.missing, cookie: c.cookie,
 		rejected: xsync.NewCounter(), passed: xsync.NewCounter(), missingKey: xsync.NewCounter(),
 		unfiltered: xsync.NewCounter(), falsePos: xsync.NewCounter(),
+		tokens: xsync.NewCounter(), tokenRefused: xsync.NewCounter(), tokensSet: xsync.NewCounter(),
 	}, nil
 }
 
@@ -217,8 +227,11 @@ func (m *Middleware[K]) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !slices.Contains(m.methods, r.Method) {
 			m.unfiltered.Inc()
-			next.ServeHTTP(w, r)
+			m.serveWrite(w, r, next)
 			return
+		}
+		if text := m.requestToken(r); text != "" {
+			r = m.withToken(r, text)
 		}
 		k, ok := m.key(r)
 		if !ok {
@@ -230,7 +243,7 @@ func (m *Middleware[K]) Wrap(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if !m.filter.MayContain(k) {
+		if !m.mayContain(r, k) {
 			m.rejected.Inc()
 			m.reject.ServeHTTP(w, r)
 			return
@@ -251,6 +264,9 @@ type Stats struct {
 	MissingKey     uint64 // no well-formed key: passed or sent to the missing-key handler
 	Unfiltered     uint64 // method not filtered: passed
 	FalsePositives uint64 // passed, and the next handler answered 404
+	Tokens         uint64 // filtered requests that carried a consistency token (TokenHeader, WithTokenCookie)
+	TokensRefused  uint64 // of those, tokens that did not read: the request passed through, its handler's lookups too
+	TokensSet      uint64 // responses of writes that got a token
 }
 
 // Stats returns the middleware's counters.
@@ -261,6 +277,9 @@ func (m *Middleware[K]) Stats() Stats {
 		MissingKey:     uint64(m.missingKey.Value()),
 		Unfiltered:     uint64(m.unfiltered.Value()),
 		FalsePositives: uint64(m.falsePos.Value()),
+		Tokens:         uint64(m.tokens.Value()),
+		TokensRefused:  uint64(m.tokenRefused.Value()),
+		TokensSet:      uint64(m.tokensSet.Value()),
 	}
 }
 

@@ -25,8 +25,17 @@
 //	prometheus.MustRegister(svc)
 //	order, err := orders.Loader().Get(ctx, id) // guarded.ErrNotFound without a query for an id no row has
 //
-// A key a client sends goes through the table's key function first
-// ([Table.Key]): it gives the form the guard holds (a citext e-mail in
-// lower case, a uuid in its canonical text), and an error for a text the
-// guard cannot judge, whose lookup should go to the store.
+// A key a client sends may be in any form the database reads as the
+// key: the Loader holds the column's key rule ([Table.Key] gives the form
+// the guard holds: a citext e-mail in lower case, a uuid in its canonical
+// text), and a text the rule cannot judge goes to the store.
+//
+// Writes go through the table: [Table.Insert], [Table.InsertGenerated]
+// and [Table.Delete] run the write in a transaction on the service's pool,
+// tag it as this replica's own, and return its consistency token
+// (guarded.Token): a lookup on any replica under it (guarded.WithToken,
+// the table's [Table.Middleware] reading the Cuckooguard-Token header)
+// finds the row at once, where a lookup without it may be up to the
+// follower's lag behind. The middleware sets the token on the write's
+// response by itself.
 package pgguard

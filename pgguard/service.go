@@ -117,7 +117,7 @@ func Start(ctx context.Context, cfg Config, tables ...Guarded) (*Service, error)
 		}
 		spec := t.table()
 		if spec.name == "" || spec.key == "" || seen[spec.name] {
-			return nil, fmt.Errorf("pgguard: Start: table %q needs a name of its own and a key column", spec.name)
+			return nil, fmt.Errorf("pgguard: Start: table %q needs a name of its own and a key column (Column or Columns, not both)", spec.name)
 		}
 		seen[spec.name] = true
 		if err := postgres.Publish(ctx, cfg.Pool, spec.name, spec.key); err != nil {

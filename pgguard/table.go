@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net/http"
 	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cuckooguard/cuckooguard/fanout"
@@ -30,6 +33,15 @@ type Table[K comparable, V any] struct {
 	// Column is the key column: the table's primary key, or the column of
 	// its replica identity.
 	Column string
+	// Columns are the key's columns, for a table keyed by several, such as
+	// a multi-tenant table's (tenant_id, id): all the columns of its
+	// primary key or replica identity, in any order, which is the order of
+	// each key's postgres.Tuple. Set Column or Columns. Keys are then
+	// Tuples (K postgres.Tuple, whose Parse may be nil), or a type of
+	// yours that Parse reads from one (postgres.Tuple.Texts); lookups go
+	// through the Loader with each column's text in any form the database
+	// reads, and [TupleKey] takes them from a request.
+	Columns []string
 	// Get loads the row of a key from the store, for a key the guard may
 	// hold.
 	Get func(ctx context.Context, key K) (V, error)
@@ -49,6 +61,8 @@ type Table[K comparable, V any] struct {
 	Options []guarded.Option
 
 	loader *guarded.Loader[K, V]
+	pool   *pgxpool.Pool                            // the Service's, for the writes
+	log    *slog.Logger                             // the Service's
 	f      keyer[K]                                 // the table's follower: a *postgres.Follower or a *fanout.Follower
 	mw     atomic.Pointer[middleware.Middleware[K]] // Middleware's, for the Service's collector
 }
@@ -78,6 +92,27 @@ func (t *Table[K, V]) Middleware(text middleware.KeyFunc[string], opts ...middle
 		return nil, fmt.Errorf("pgguard: table %s has a Middleware already: wrap every route of the table with it", t.Name)
 	}
 	return mw, nil
+}
+
+// TupleKey returns the key function of the middleware of a table keyed
+// by several columns ([Table.Columns]): the postgres.Tuple of the texts
+// that parts take from the request, one per column in the key's order,
+// such as TupleKey(middleware.PathValue("tenant"), middleware.PathValue("id")).
+// A request that lacks any of them has no key (the middleware's missing
+// key handler answers it). [Table.Middleware] reads each text in any form
+// the database reads; one it cannot judge passes to the handler.
+func TupleKey(parts ...middleware.KeyFunc[string]) middleware.KeyFunc[string] {
+	return func(r *http.Request) (string, bool) {
+		texts := make([]string, len(parts))
+		for i, p := range parts {
+			s, ok := p(r)
+			if !ok {
+				return "", false
+			}
+			texts[i] = s
+		}
+		return string(postgres.TupleOf(texts...)), true
+	}
 }
 
 // middlewareStats is the Stats of the table's Middleware, zero before
@@ -142,9 +177,16 @@ type Guarded interface {
 // tableSpec is what Start needs to know of a table before it sets it up.
 type tableSpec struct{ name, key string }
 
+// table returns the table's name and key column argument (postgres.Columns
+// for several); a key of Column and Columns both has none.
 func (t *Table[K, V]) table() tableSpec {
-	if t == nil {
+	switch {
+	case t == nil:
 		return tableSpec{}
+	case t.Column != "" && len(t.Columns) > 0:
+		return tableSpec{name: t.Name}
+	case len(t.Columns) > 0:
+		return tableSpec{t.Name, postgres.Columns(t.Columns...)}
 	}
 	return tableSpec{t.Name, t.Column}
 }
@@ -195,7 +237,7 @@ func (t *Table[K, V]) setup(ctx context.Context, s *Service) (*member, error) {
 	m := &member{name: t.Name, close: l.Close, collectors: []prometheus.Collector{metrics.NewLoaderCollector(l, label),
 		metrics.NewMiddlewareCollector(middlewareStats[K]{&t.mw}, label)}}
 	if s.cfg.NATS != nil {
-		f, err := fanout.NewFollower(l, s.cfg.NATS, s.dsn, t.Name, t.Column, parse, s.fanoutOpts()...)
+		f, err := fanout.NewFollower(l, s.cfg.NATS, s.dsn, t.Name, t.table().key, parse, s.fanoutOpts()...)
 		if err != nil {
 			l.Close()
 			return nil, err
@@ -207,7 +249,7 @@ func (t *Table[K, V]) setup(ctx context.Context, s *Service) (*member, error) {
 			return l.Ready() && st.State == postgres.Following, fanoutWhy(st)
 		}
 	} else {
-		f, err := postgres.NewFollower(l, s.dsn, t.Name, t.Column, parse, s.postgresOpts()...)
+		f, err := postgres.NewFollower(l, s.dsn, t.Name, t.table().key, parse, s.postgresOpts()...)
 		if err != nil {
 			l.Close()
 			return nil, err
@@ -219,7 +261,7 @@ func (t *Table[K, V]) setup(ctx context.Context, s *Service) (*member, error) {
 			return l.Ready() && st.State == postgres.Following, directWhy(st)
 		}
 	}
-	t.loader = l
+	t.loader, t.pool, t.log = l, s.cfg.Pool, s.log
 	return m, nil
 }
 
@@ -239,6 +281,8 @@ func parseFor[K comparable](parse func(string) (K, error)) (func(string) (K, err
 		p = func(s string) (int32, error) { n, err := strconv.ParseInt(s, 10, 32); return int32(n), err }
 	case int:
 		p = func(s string) (int, error) { n, err := strconv.ParseInt(s, 10, 64); return int(n), err }
+	case postgres.Tuple:
+		p = postgres.ParseTuple
 	default:
 		return nil, fmt.Errorf("keys of type %T need a Parse", zero)
 	}

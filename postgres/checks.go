@@ -106,8 +106,9 @@ func checkReplication(ctx context.Context, conn Conn) error {
 	return nil
 }
 
-// checkReplicaIdentity returns an error wrapping ErrLogicalUnavailable
-// unless r's replica identity is exactly keyColumn.
+// checkReplicaIdentity returns an error wrapping ErrKeyNotIdentity
+// unless r's replica identity is exactly keyColumn's columns (Columns), in
+// any order.
 func checkReplicaIdentity(ctx context.Context, conn Conn, r relation, keyColumn string) error {
 	var ident string
 	var cols []string
@@ -121,7 +122,8 @@ func checkReplicaIdentity(ctx context.Context, conn Conn, r relation, keyColumn 
 	if err != nil {
 		return fmt.Errorf("postgres: check the replica identity of %s: %w", r, err)
 	}
-	if len(cols) == 1 && cols[0] == keyColumn && (ident == "d" || ident == "i") {
+	key := slices.Sorted(slices.Values(columnsOf(keyColumn)))
+	if slices.Equal(cols, key) && (ident == "d" || ident == "i") {
 		return nil
 	}
 	how := "REPLICA IDENTITY NOTHING: deletes send no key"
@@ -132,10 +134,10 @@ func checkReplicaIdentity(ctx context.Context, conn Conn, r relation, keyColumn 
 		how = "no primary key and no REPLICA IDENTITY: deletes send no key"
 	case ident == "d" || ident == "i":
 		how = fmt.Sprintf("its replica identity is (%s), not (%s): a delete sends only its replica identity's columns, so the follower could not tell which %s it removed",
-			strings.Join(cols, ", "), keyColumn, keyColumn)
+			strings.Join(cols, ", "), strings.Join(key, ", "), columnList(keyColumn))
 	}
-	return fmt.Errorf("%w: table %s: %s; follow a column that is the primary key, or ALTER TABLE %s REPLICA IDENTITY USING INDEX on a unique index of %q",
-		ErrKeyNotIdentity, r, how, r.ident(), keyColumn)
+	return fmt.Errorf("%w: table %s: %s; follow the columns of the primary key, or ALTER TABLE %s REPLICA IDENTITY USING INDEX on a unique index of %s%s",
+		ErrKeyNotIdentity, r, how, r.ident(), strings.Join(key, ", "), columnsHint(keyColumn))
 }
 
 // checkPublished returns an error wrapping ErrNotPublished unless the
@@ -161,8 +163,8 @@ func checkPublished(ctx context.Context, q queryRower, r relation, keyColumn str
 	case err != nil:
 		return fmt.Errorf("postgres: look for the publication: %w", err)
 	}
-	if len(cols) != 1 || cols[0] != keyColumn {
-		wrong = append(wrong, fmt.Sprintf("it sends columns %v, not (%s)", cols, keyColumn))
+	if key := slices.Sorted(slices.Values(columnsOf(keyColumn))); !slices.Equal(slices.Sorted(slices.Values(cols)), key) {
+		wrong = append(wrong, fmt.Sprintf("it sends columns %v, not (%s)", cols, strings.Join(key, ", ")))
 	}
 	if filter != nil {
 		wrong = append(wrong, fmt.Sprintf("it has a row filter, WHERE %s: the rows it keeps out would read absent", *filter))
@@ -195,9 +197,10 @@ func checkPublished(ctx context.Context, q queryRower, r relation, keyColumn str
 // what the stream carries of the table, and in what form: the
 // publication's row (its operations, publish_via_partition_root), its
 // tables and schemas (each table's column list and row filter), the
-// partitions of the table, and its key's forms (keys.go): the key
-// column's type and collation, the labels of an enum under it (a label
-// renamed is another text for the same rows' keys), the version of the
+// partitions of the table, and its key's forms (keys.go): each key
+// column's type and collation (in the order of their attnums), the labels
+// of an enum under it (a label renamed is another text for the same rows'
+// keys), the version of the
 // database's default collation (citext's lower()), and keyFormsVersion.
 // Each ALTER PUBLICATION, DROP, CREATE, ATTACH or DETACH PARTITION and
 // ALTER TYPE … RENAME VALUE writes a catalog row of another oid or
@@ -209,11 +212,11 @@ const publicationVersion = `(SELECT p.oid || '.' || p.xmin
 	|| '/' || coalesce((SELECT string_agg(n.oid || '.' || n.xmin, ',' ORDER BY n.oid) FROM pg_publication_namespace n WHERE n.pnpubid = p.oid), '')
 	|| '/' || coalesce((SELECT string_agg(i.inhrelid || '.' || i.xmin, ',' ORDER BY i.inhrelid) FROM pg_inherits i
 		WHERE i.inhparent IN (SELECT relid FROM pg_partition_tree($2::oid))), '')
-	|| '/` + keyFormsVersion + `:' || coalesce((SELECT a.atttypid || '.' || a.attcollation
+	|| '/` + keyFormsVersion + `:' || coalesce((SELECT string_agg(a.atttypid || '.' || a.attcollation
 		|| coalesce((WITH RECURSIVE b(oid, depth) AS (SELECT a.atttypid, 0 UNION ALL
 				SELECT t.typbasetype, b.depth + 1 FROM b JOIN pg_type t ON t.oid = b.oid WHERE t.typtype = 'd' AND b.depth < 64)
-			SELECT '.' || string_agg(e.oid || '.' || e.xmin, ',' ORDER BY e.oid) FROM b JOIN pg_enum e ON e.enumtypid = b.oid), '')
-		FROM pg_publication_rel r JOIN pg_attribute a ON a.attrelid = r.prrelid AND a.attnum = r.prattrs[0]
+			SELECT '.' || string_agg(e.oid || '.' || e.xmin, ',' ORDER BY e.oid) FROM b JOIN pg_enum e ON e.enumtypid = b.oid), ''), ',' ORDER BY a.attnum)
+		FROM pg_publication_rel r JOIN pg_attribute a ON a.attrelid = r.prrelid AND a.attnum = ANY (r.prattrs)
 		WHERE r.prpubid = p.oid AND r.prrelid = $2::oid), '')
 	|| '.' || coalesce((SELECT pg_database_collation_actual_version(d.oid) FROM pg_database d WHERE d.datname = current_database()), '')
 	FROM pg_publication p WHERE p.pubname = $1)`

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pglogrepl"
@@ -75,16 +76,13 @@ type decodedTable struct {
 	schema, rel, key string
 	rule             *keyRule // the key's forms: keys leave in canonical form; nil: as printed
 	relID            uint32   // its relation id in this stream; 0 until its Relation message
-	keyCol           int      // the key column's index in its tuples
+	keyCols          []int    // the key columns' indexes in its tuples, in the key's order (Columns)
 }
 
 // newDecoder returns a decoder of the tables; each is a relation and its
 // key column.
 func newDecoder(tables ...decodedTable) *decoder {
 	d := &decoder{limit: maxTxKeys, tables: tables}
-	for i := range d.tables {
-		d.tables[i].keyCol = -1
-	}
 	d.tx.tables = make([]tableTxn, len(tables))
 	return d
 }
@@ -117,14 +115,13 @@ func (d *decoder) message(m pglogrepl.Message, sink txnSink) error {
 			if m.Namespace != t.schema || m.RelationName != t.rel {
 				continue
 			}
-			t.relID, t.keyCol = m.RelationID, -1
-			for j, c := range m.Columns {
-				if c.Name == t.key {
-					t.keyCol = j
+			t.relID, t.keyCols = m.RelationID, t.keyCols[:0]
+			for _, key := range columnsOf(t.key) {
+				j := slices.IndexFunc(m.Columns, func(c *pglogrepl.RelationMessageColumn) bool { return c.Name == key })
+				if j < 0 {
+					return fmt.Errorf("%w: the stream of table %s.%s has no column %s", ErrNotPublished, t.schema, t.rel, key)
 				}
-			}
-			if t.keyCol < 0 {
-				return fmt.Errorf("%w: the stream of table %s.%s has no column %s", ErrNotPublished, t.schema, t.rel, t.key)
+				t.keyCols = append(t.keyCols, j)
 			}
 		}
 	case *pglogrepl.BeginMessage:
@@ -186,10 +183,23 @@ func (d *decoder) message(m pglogrepl.Message, sink txnSink) error {
 // form.
 func (d *decoder) keyOf(i int, tuple *pglogrepl.TupleData) (string, error) {
 	t := &d.tables[i]
-	if tuple == nil || t.keyCol < 0 || t.keyCol >= len(tuple.Columns) || tuple.Columns[t.keyCol].DataType != pglogrepl.TupleDataTypeText {
+	var one [1][]byte
+	raw := one[:0]
+	if len(t.keyCols) > 1 {
+		raw = make([][]byte, 0, len(t.keyCols))
+	}
+	for _, j := range t.keyCols {
+		if tuple == nil || j >= len(tuple.Columns) || tuple.Columns[j].DataType != pglogrepl.TupleDataTypeText {
+			// A NULL too: a replica identity's columns are NOT NULL.
+			return "", fmt.Errorf("postgres: a change of table %s.%s without its key", t.schema, t.rel)
+		}
+		raw = append(raw, tuple.Columns[j].Data)
+	}
+	if len(raw) == 0 {
 		return "", fmt.Errorf("postgres: a change of table %s.%s without its key", t.schema, t.rel)
 	}
-	return t.rule.fromServer(string(tuple.Columns[t.keyCol].Data))
+	s, _, err := keyText(t.rule, raw)
+	return s, err
 }
 
 // held is how many keys the open transaction holds back.

@@ -146,8 +146,8 @@ func TestDecoderTransactions(t *testing.T) {
 		begin(3), truncateMsg(9, 7), commit(0x3000),
 	)
 	buf[len(buf)-1] = 'X' // the decoder keeps no slice of the wire's buffer
-	if d.tables[0].keyCol != 1 {
-		t.Fatalf("key column %d, want 1 (the second of the relation's columns)", d.tables[0].keyCol)
+	if len(d.tables[0].keyCols) != 1 || d.tables[0].keyCols[0] != 1 {
+		t.Fatalf("key columns %v, want [1] (the second of the relation's columns)", d.tables[0].keyCols)
 	}
 	if len(r.txns) != 3 || len(r.controls) != 1 || r.controls[0] != controlPrefix+" H x-1 v" {
 		t.Fatalf("%d transactions, controls %q", len(r.txns), r.controls)

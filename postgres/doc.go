@@ -38,6 +38,17 @@
 // the guard cannot hold (a nondeterministic collation, say) is refused
 // with [ErrKeyType]. The README's "Key types" lists each type.
 //
+// A table keyed by several columns, such as a multi-tenant table's
+// (tenant_id, id), is followed as one key of all of them: name them with
+// [Columns] wherever a key column is taken. Each column keeps its own
+// type's equality and canonical form, and the guard holds a key as its
+// [Tuple], each column's text prefixed with its length, so that two keys
+// are one text exactly when the database holds them equal, column by
+// column, and the same id under another tenant is another key. The key
+// columns must be all of the table's replica identity. Lookups name
+// every column: a Tuple ([TupleOf]), or a key type of the caller's that
+// reads and writes one.
+//
 // [WithNotify] follows through a trigger and LISTEN/NOTIFY instead
 // ([Install] creates the trigger; [Follower.Tag] names the keys), for servers
 // without logical decoding. It costs the table's writers: a transaction

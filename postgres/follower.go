@@ -135,6 +135,7 @@ type Follower[K comparable] struct {
 	behindSince    atomic.Int64  // unix nanoseconds since the stream waits for a busy walsender; 0: it does not
 	busyWaits      atomic.Int64  // times the stream waited for a busy walsender instead of reconnecting
 	appliedLSN     atomic.Uint64 // pos.applied, published
+	streamID       string        // the database's identity (Database.Token): the stream of the positions reported to the feed; Run's goroutine only
 	flushedLSN     atomic.Uint64 // the position last confirmed to the server
 	retained       atomic.Int64  // bytes of WAL the slot holds, as last read
 	snapshots      atomic.Int64  // snapshot files written
@@ -147,13 +148,17 @@ type Follower[K comparable] struct {
 }
 
 // NewFollower returns a Follower that applies the changes of table's
-// keyColumn, parsed with parse from their text form, to loader. dsn is a
-// postgres:// URL; the Follower opens two connections of its own. By
-// default it follows through logical decoding: run [Publish] first (every
-// replica may), and give each process its origin ([WithOrigin]).
+// keyColumn (or columns), parsed with parse from their text form, to
+// loader. dsn is a postgres:// URL; the Follower opens two connections of
+// its own. By default it follows through logical decoding: run [Publish]
+// first (every replica may), and give each process its origin
+// ([WithOrigin]).
 //
 // parse gets each key in the canonical form of the column's type
-// ([Follower.Key]; the README's "Key types"). NewFollower reads that type
+// ([Follower.Key]; the README's "Key types"). For a key of several columns
+// (keyColumn made by [Columns]) it gets the key's [Tuple], each column's
+// text in its type's canonical form: K is a Tuple (parse is [ParseTuple])
+// or a type of the caller's that reads one. NewFollower reads the type
 // through a connection of its own, within the heartbeat deadline, and
 // returns an error wrapping [ErrKeyType] for a type the guard cannot
 // follow; a database that does not answer is no error here (Run reads
@@ -181,6 +186,9 @@ func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, p
 		return nil, errors.New("postgres: WithSnapshotFile needs WithOrigin: the replication slot must outlive the process")
 	case c.snapshotInterval <= 0:
 		return nil, fmt.Errorf("postgres: snapshot interval %v must be positive", c.snapshotInterval)
+	}
+	if _, err := splitColumns(keyColumn); err != nil {
+		return nil, err
 	}
 	conf, err := pgx.ParseConfig(dsn)
 	if err != nil {

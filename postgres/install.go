@@ -35,8 +35,9 @@ func name(prefix, s string) string {
 // Install prepares table for a [WithNotify] Follower (for logical
 // decoding, the default, see [Publish]). It creates or replaces, in one
 // transaction, the function and the trigger that publish the changes of
-// table's keyColumn on Channel(table), and the sequence that numbers the
-// notifications. The trigger costs the table's writers: a transaction
+// table's keyColumn (or of the columns of a key of several, [Columns]: the
+// [Tuple] of a row's key) on Channel(table), and the sequence that numbers
+// the notifications. The trigger costs the table's writers: a transaction
 // with a pending notification takes an instance-wide lock at commit. table
 // may be schema-qualified ("app.users"). Channels belong to a database,
 // not to a schema: give tables of one name in several schemas of one
@@ -63,13 +64,20 @@ func Install(ctx context.Context, conn Conn, table, keyColumn string) error {
 			return err
 		}
 	}
+	cols, err := splitColumns(keyColumn)
+	if err != nil {
+		return err
+	}
 	tab := sanitizeTable(table)
-	key := pgx.Identifier{keyColumn}.Sanitize()
+	key := sanitizeColumns(cols)
 	fnName := name("cuckooguard_notify_", strings.ReplaceAll(table, ".", "_"))
 	fn := pgx.Identifier{fnName}.Sanitize()
 	trgName := name("cuckooguard_", strings.ReplaceAll(table, ".", "_"))
 	trg := pgx.Identifier{trgName}.Sanitize()
 	body := triggerBody(key, quoteLiteral(Channel(table)))
+	if len(cols) > 1 {
+		body = tupleTriggerBody(cols, quoteLiteral(Channel(table)))
+	}
 	// The function prints keys in the settings the follower reads them
 	// in, whatever the writing session's (a driver's extra_float_digits
 	// of 0, a role's DateStyle): its SET clauses hold while it runs.
@@ -147,6 +155,65 @@ BEGIN
 	RETURN NULL;
 END
 `, key, maxPayload, ch)
+}
+
+// tupleTriggerBody is triggerBody for a key of the columns cols (tuple.go):
+// the key it publishes is the row's Tuple of the columns' ::text, printed
+// in the function's fixed settings, or NULL, no key, if any column is
+// NULL. An update that changes any key column, by the columns'
+// equalities, publishes the old key's delete and the new key's insert
+// (as 'U', or as the one that has a key).
+func tupleTriggerBody(cols []string, ch string) string {
+	tuple := func(row string) string {
+		parts := make([]string, len(cols))
+		for i, c := range cols {
+			v := row + "." + pgx.Identifier{c}.Sanitize() + "::text"
+			parts[i] = "octet_length(" + v + ") || ':' || " + v
+		}
+		return strings.Join(parts, "\n\t\t|| ")
+	}
+	row := func(r string) string {
+		parts := make([]string, len(cols))
+		for i, c := range cols {
+			parts[i] = r + "." + pgx.Identifier{c}.Sanitize()
+		}
+		return "ROW(" + strings.Join(parts, ", ") + ")"
+	}
+	return fmt.Sprintf(`
+DECLARE
+	p text;
+	k text;
+	ok text;
+	origin text := coalesce(current_setting('cuckooguard.origin', true), '');
+	head text := ' ' || txid_current() || ' ' || nextval('cuckooguard_notify_seq') || ' '
+		|| floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint || ' '
+		|| octet_length(origin) || ':' || origin || ' ';
+BEGIN
+	IF TG_OP = 'UPDATE' AND %[4]s IS NOT DISTINCT FROM %[5]s THEN
+		RETURN NULL;
+	END IF;
+	IF TG_OP <> 'DELETE' THEN
+		k := %[1]s;
+	END IF;
+	IF TG_OP <> 'INSERT' THEN
+		ok := %[2]s;
+	END IF;
+	IF k IS NULL AND ok IS NULL THEN
+		RETURN NULL;
+	ELSIF ok IS NULL THEN
+		p := 'I' || head || octet_length(k) || ':' || k;
+	ELSIF k IS NULL THEN
+		p := 'D' || head || octet_length(ok) || ':' || ok;
+	ELSE
+		p := 'U' || head || octet_length(ok) || ':' || ok || ' ' || octet_length(k) || ':' || k;
+	END IF;
+	IF octet_length(p) > %[3]d THEN
+		p := 'R' || head || 'resync';
+	END IF;
+	PERFORM pg_notify(%[6]s, p);
+	RETURN NULL;
+END
+`, tuple("NEW"), tuple("OLD"), maxPayload, row("NEW"), row("OLD"), ch)
 }
 
 // checkInstalled returns ErrNotInstalled unless table has an enabled

@@ -40,6 +40,9 @@ type keyRule struct {
 	// database's ctype and its version): a rule read again reuses it.
 	lower   *lowerMap
 	lowerOf string
+	// parts are the rules of the columns of a key of several (tuple.go),
+	// in order; nil for a key of one column.
+	parts []*keyRule
 }
 
 // key returns the canonical form of text, a key written in any form the
@@ -102,6 +105,33 @@ func checkKeyType(ctx context.Context, q queryRower, r relation, key string) err
 // keyRuleOf is readKeyRule; without forms, the rule it returns only says
 // that the type can be followed.
 func keyRuleOf(ctx context.Context, q queryRower, r relation, key string, params map[string]string, prev *keyRule, forms bool) (*keyRule, error) {
+	cols, err := splitColumns(key)
+	if err != nil {
+		return nil, err
+	}
+	if len(cols) == 1 {
+		return columnRuleOf(ctx, q, r, key, params, prev, forms)
+	}
+	parts := make([]*keyRule, len(cols))
+	for i, col := range cols {
+		var was *keyRule
+		if prev != nil && len(prev.parts) == len(cols) {
+			was = prev.parts[i]
+		}
+		for _, p := range parts[:i] {
+			if p.lower != nil && (was == nil || was.lower == nil) {
+				was = p // a second citext column borrows the first's map
+			}
+		}
+		if parts[i], err = columnRuleOf(ctx, q, r, col, params, was, forms); err != nil {
+			return nil, err
+		}
+	}
+	return tupleRule(parts), nil
+}
+
+// columnRuleOf is keyRuleOf for one column.
+func columnRuleOf(ctx context.Context, q queryRower, r relation, key string, params map[string]string, prev *keyRule, forms bool) (*keyRule, error) {
 	var c keyColumn
 	var typid uint32
 	err := q.QueryRow(ctx, `SELECT format_type(a.atttypid, a.atttypmod), a.atttypid,
@@ -110,7 +140,7 @@ func keyRuleOf(ctx context.Context, q queryRower, r relation, key string, params
 		WHERE a.attrelid = $1 AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped`,
 		r.oid, key).Scan(&c.typ, &typid, &c.coll, &c.provider, &c.deterministic)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("postgres: table %s has no column %s", r, pgx.Identifier{key}.Sanitize())
+		return nil, fmt.Errorf("postgres: table %s has no column %s%s", r, pgx.Identifier{key}.Sanitize(), columnsHint(key))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("postgres: read the type of key column %s of %s: %w", key, r, err)

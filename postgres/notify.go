@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cuckooguard/cuckooguard/guarded"
 )
@@ -231,19 +233,23 @@ func (f *Follower[K]) scan(ctx context.Context, tx pgx.Tx, rel relation, add fun
 	if err := pinLocal(ctx, tx, f.dial.conf.RuntimeParams); err != nil {
 		return 0, err
 	}
-	rows, err := tx.Query(ctx, fmt.Sprintf("SELECT %s FROM %s", pgx.Identifier{f.key}.Sanitize(), rel.from()))
+	cols := columnsOf(f.key)
+	rows, err := tx.Query(ctx, fmt.Sprintf("SELECT %s FROM %s", sanitizeColumns(cols), rel.from()))
 	if err != nil {
 		return 0, err
 	}
 	defer rows.Close()
 	var n int64
 	for rows.Next() {
-		if fds := rows.FieldDescriptions(); n == 0 && (len(fds) != 1 || fds[0].Format != pgx.TextFormatCode) {
+		if fds := rows.FieldDescriptions(); n == 0 && (len(fds) != len(cols) || slices.ContainsFunc(fds, func(fd pgconn.FieldDescription) bool { return fd.Format != pgx.TextFormatCode })) {
 			return 0, errors.New("postgres: follower read: the key column did not come back as text")
 		}
-		text, err := f.rule.fromServer(string(rows.RawValues()[0]))
+		text, ok, err := keyText(f.rule, rows.RawValues())
 		if err != nil {
 			return n, err
+		}
+		if !ok {
+			continue // a NULL in a key of several columns: no key
 		}
 		k, err := f.parse(text)
 		if err != nil {
@@ -257,7 +263,8 @@ func (f *Follower[K]) scan(ctx context.Context, tx pgx.Tx, rel relation, add fun
 	return n, rows.Err()
 }
 
-// ReadTable reads every key of table's keyColumn through conn into add,
+// ReadTable reads every key of table's keyColumn (or columns: [Columns];
+// each key then a [Tuple]) through conn into add,
 // under a snapshot it returns, for a follower of another change stream
 // (the fanout module's) that reads the table and then applies the changes
 // that the snapshot does not see ([Snapshot.Visible],
@@ -291,16 +298,19 @@ func ReadTable(ctx context.Context, conn *pgx.Conn, table, keyColumn string, add
 	if err != nil {
 		return Snapshot{}, 0, err
 	}
-	rows, err := tx.Query(ctx, fmt.Sprintf("SELECT %s FROM %s", pgx.Identifier{keyColumn}.Sanitize(), rel.from()), pgx.QueryExecModeSimpleProtocol)
+	rows, err := tx.Query(ctx, fmt.Sprintf("SELECT %s FROM %s", sanitizeColumns(columnsOf(keyColumn)), rel.from()), pgx.QueryExecModeSimpleProtocol)
 	if err != nil {
 		return Snapshot{}, 0, fmt.Errorf("postgres: read table %s: %w", rel, err)
 	}
 	defer rows.Close()
 	var n int64
 	for rows.Next() {
-		text, err := rule.fromServer(string(rows.RawValues()[0]))
+		text, ok, err := keyText(rule, rows.RawValues())
 		if err != nil {
 			return Snapshot{}, n, err
+		}
+		if !ok {
+			continue // a NULL in a key of several columns: no key
 		}
 		if err := add(text); err != nil {
 			return Snapshot{}, n, err

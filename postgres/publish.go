@@ -24,7 +24,8 @@ const registry = "cuckooguard_slots"
 // Publish prepares table for the logical-decoding Follower: it checks the
 // prerequisites, and creates the publication cuckooguard_<schema>_<table>
 // of the key column alone (CREATE PUBLICATION … FOR TABLE table
-// (keyColumn)), so that the server decodes and sends nothing else of the
+// (keyColumn)), or of the key's columns alone for a key of several
+// ([Columns]), so that the server decodes and sends nothing else of the
 // table, and the small table cuckooguard_slots beside it, where followers
 // note when their replication slot was last used. It creates no trigger:
 // the table's writers pay nothing but the WAL they write anyway. A
@@ -43,7 +44,8 @@ const registry = "cuckooguard_slots"
 // [ErrKeyNotIdentity] for a key column that is not the table's replica
 // identity (its primary key, or REPLICA IDENTITY USING INDEX of a unique
 // index on it: a delete sends only the replica identity's columns, so the
-// follower could not tell which key it removed), [ErrKeyType] for a key
+// follower could not tell which key it removed; the columns of a key of
+// several must be all of it, in any order), [ErrKeyType] for a key
 // column whose equality the guard cannot hold (a nondeterministic
 // collation, say: the error names the type, the collation and what to
 // do; the README's "Key types" lists the types), and [ErrNotPublished]
@@ -72,6 +74,10 @@ func Publish(ctx context.Context, conn Conn, table, keyColumn string, opts ...Op
 		return errors.New("postgres: Publish: conn is nil")
 	case table == "" || keyColumn == "":
 		return errors.New("postgres: Publish needs a table and a key column")
+	}
+	cols, err := splitColumns(keyColumn)
+	if err != nil {
+		return err
 	}
 	if err := checkServer(ctx, conn); err != nil {
 		return err
@@ -120,7 +126,7 @@ func Publish(ctx context.Context, conn Conn, table, keyColumn string, opts ...Op
 		}
 	}
 	if stale {
-		q := fmt.Sprintf(`ALTER PUBLICATION %s SET TABLE %s (%s)`, pgx.Identifier{pub}.Sanitize(), r.ident(), pgx.Identifier{keyColumn}.Sanitize())
+		q := fmt.Sprintf(`ALTER PUBLICATION %s SET TABLE %s (%s)`, pgx.Identifier{pub}.Sanitize(), r.ident(), sanitizeColumns(cols))
 		if _, err := tx.Exec(ctx, q); err != nil {
 			return fmt.Errorf("postgres: publish: take back publication %s for %s: %w", pub, r, err)
 		}
@@ -130,7 +136,7 @@ func Publish(ctx context.Context, conn Conn, table, keyColumn string, opts ...Op
 		}
 	}
 	if !exists {
-		q := fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE %s (%s)`, pgx.Identifier{pub}.Sanitize(), r.ident(), pgx.Identifier{keyColumn}.Sanitize())
+		q := fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE %s (%s)`, pgx.Identifier{pub}.Sanitize(), r.ident(), sanitizeColumns(cols))
 		if r.partitioned {
 			q += ` WITH (publish_via_partition_root = true)`
 		}

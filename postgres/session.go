@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/cuckooguard/cuckooguard/guarded"
 )
 
 // errTruncated ends a session after a TRUNCATE of the table: the guard
@@ -77,6 +79,11 @@ func (f *Follower[K]) followLogical(ctx context.Context, following *time.Time) e
 		return failed(ReasonConnectionLost, fmt.Errorf("postgres: follower: identify the system: %w", err))
 	}
 	id := slotID{system: sys.SystemID, database: sys.DBName}
+	db, err := IdentifyDatabase(ctx, sender)
+	if err != nil {
+		return failed(ReasonConnectionLost, fmt.Errorf("postgres: follower: %w", err))
+	}
+	f.streamID = db.Token() // the stream of the positions the Loader reaches (WriteToken)
 	if f.origin != "" {
 		id.name = slotName(rel.schema, rel.name, f.origin)
 	}
@@ -367,6 +374,13 @@ func (f *Follower[K]) handle(msg pgproto3.BackendMessage, dec *decoder, app *app
 func (f *Follower[K]) setApplied(lsn pglogrepl.LSN) {
 	f.pos.advance(lsn)
 	f.appliedLSN.Store(uint64(f.pos.applied))
+	if f.pos.valid {
+		// Lookups under a token of a write committed before here wait no
+		// longer (WriteToken).
+		if tok, err := guarded.NewToken(f.streamID, uint64(f.pos.applied)); err == nil {
+			f.feed.Reached(tok)
+		}
+	}
 }
 
 // status confirms the session's position to the server: what it

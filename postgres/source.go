@@ -18,7 +18,8 @@ import (
 )
 
 // SourceTable is a table that a [Source] streams, and its key column, as
-// [NewFollower] takes them.
+// [NewFollower] takes them: Key names the columns of a key of several
+// with [Columns], and the Source streams each key as its [Tuple].
 type SourceTable struct {
 	Table string
 	Key   string
@@ -203,6 +204,9 @@ func NewSource(dsn, name string, tables []SourceTable, opts ...Option) (*Source,
 	for _, t := range tables {
 		if t.Table == "" || t.Key == "" {
 			return nil, errors.New("postgres: NewSource: each table needs a name and a key column")
+		}
+		if _, err := splitColumns(t.Key); err != nil {
+			return nil, fmt.Errorf("postgres: NewSource: table %s: %w", t.Table, err)
 		}
 	}
 	conf, err := pgx.ParseConfig(dsn)

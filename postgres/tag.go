@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -238,7 +239,8 @@ func (t *Tagger[K]) Key(text string) (K, error) {
 	return t.parse(s)
 }
 
-// UseColumn makes the Tagger's keys those of table's keyColumn, whose type
+// UseColumn makes the Tagger's keys those of table's keyColumn (or of the
+// columns of a key of several, [Columns]), whose type
 // it reads through a connection of conf (its DSN's startup parameters are
 // those of the connections that read keys): [Tagger.Key] returns their
 // canonical form, and [Tagger.Tag] refuses a key in another form. It reads
@@ -250,6 +252,9 @@ func (t *Tagger[K]) Key(text string) (K, error) {
 func (t *Tagger[K]) UseColumn(conf *pgx.ConnConfig, table, keyColumn string, timeout time.Duration) error {
 	if conf == nil || table == "" || keyColumn == "" || timeout <= 0 {
 		return errors.New("postgres: Tagger.UseColumn needs a connection config, a table, a key column and a timeout")
+	}
+	if _, err := splitColumns(keyColumn); err != nil {
+		return err
 	}
 	t.col = &column{conf: conf.Copy(), table: table, key: keyColumn, timeout: timeout}
 	r, err := t.col.read()
@@ -368,13 +373,18 @@ func keyTypeConn(ctx context.Context, conf *pgx.ConnConfig) (*pgx.Conn, error) {
 // middleware and rpcguard through it, takes a key in any text the
 // database reads as it, as [Tagger.Key] does: the key's text (the
 // Tagger's text function), its canonical form for the column's type, and
-// parse of that. It is nil for keys whose type is not a string kind (an
-// integer, a [16]byte uuid: one form per value already). Until the
+// parse of that. For a key of several columns ([Columns]) it makes each
+// column's text canonical, whatever K is (a [Tuple], or a struct of the
+// caller's whose text function writes a Tuple): a key of another number
+// of columns, or with a column the rule cannot read, is an error, which
+// the Loader answers by passing the lookup to the store. It is nil for
+// keys of one column whose type is not a string kind (an integer, a
+// [16]byte uuid: one form per value already). Until the
 // column's forms are known (a follower reads them at its first session,
 // before its Loader is ready) it returns keys as they are. It reads
 // nothing from the database.
 func (t *Tagger[K]) KeyRule() func(K) (K, error) {
-	if reflect.TypeFor[K]().Kind() != reflect.String {
+	if reflect.TypeFor[K]().Kind() != reflect.String && (t.col == nil || !strings.Contains(t.col.key, columnSep)) {
 		return nil
 	}
 	return func(k K) (K, error) {

@@ -70,6 +70,23 @@
 //
 //	path, handler := usersv1connect.NewUserServiceHandler(svc, connect.WithInterceptors(ic))
 //
+// # Reading your own writes
+//
+// A call of a method the interceptor does not guard (a write) runs under a
+// context that collects the consistency tokens its handler's writes
+// record (guarded.Wrote; pgguard's Table.Insert, InsertGenerated and
+// Delete record theirs): the token goes back in the [TokenMetadata]
+// header metadata (Connect: the Cuckooguard-Token header) of a unary
+// response, and of a stream's first message, or in the trailer of a
+// stream that sent none after the write. A call of a guarded method that
+// carries a token is answered NotFound by the guard only once the
+// replica's stream has reached it (waiting up to the Loader's token
+// wait), and the handler's own lookups see the token too, so that a
+// client that sends back the token of its last write reads that write on
+// every replica. A token that does not read is counted
+// (Stats.TokensRefused) and the call, and its handler's lookups, go to
+// the store.
+//
 // # What a rejection reveals
 //
 // A rejection tells a client that no row has the key. Three things can

@@ -82,6 +82,8 @@ type Interceptor[K comparable] struct {
 	methods    map[string]*method[K] // by full name; read-only after New
 	unfiltered *xsync.Counter
 
+	tokens, tokenRefused, tokensSet *xsync.Counter // consistency tokens (token.go)
+
 	grpcErr      error                  // the gRPC rejection: immutable, so one value serves every request
 	connectCode  connect.Code           // the Connect rejection's code,
 	message      error                  // message
@@ -116,7 +118,8 @@ func New[K comparable](f Filter[K], keys Keys[K], opts ...Option) (*Interceptor[
 	if err := options.Apply("rpcguard: New", &c, opts); err != nil {
 		return nil, err
 	}
-	ic := &Interceptor[K]{filter: f, methods: make(map[string]*method[K], len(keys)), unfiltered: xsync.NewCounter()}
+	ic := &Interceptor[K]{filter: f, methods: make(map[string]*method[K], len(keys)), unfiltered: xsync.NewCounter(),
+		tokens: xsync.NewCounter(), tokenRefused: xsync.NewCounter(), tokensSet: xsync.NewCounter()}
 	for _, name := range slices.Sorted(maps.Keys(keys)) { // the first error is the same every time
 		m, err := newMethod(name, keys[name])
 		if err != nil {
@@ -180,7 +183,7 @@ func findMethod(name string) (protoreflect.MethodDescriptor, error) {
 // screen counts a request of m (nil: a method not guarded) with message
 // req, and reports whether to reject it; check tells whether to look at
 // the handler's answer for an observed false positive.
-func (ic *Interceptor[K]) screen(m *method[K], req any) (reject, check bool) {
+func (ic *Interceptor[K]) screen(ctx context.Context, m *method[K], req any) (reject, check bool) {
 	if m == nil {
 		ic.unfiltered.Inc()
 		return false, false
@@ -190,7 +193,7 @@ func (ic *Interceptor[K]) screen(m *method[K], req any) (reject, check bool) {
 		m.missingKey.Inc()
 		return false, false
 	}
-	if !ic.filter.MayContain(k) {
+	if !ic.mayContain(ctx, k) {
 		m.rejected.Inc()
 		return true, false
 	}
@@ -207,7 +210,12 @@ func (ic *Interceptor[K]) screen(m *method[K], req any) (reject, check bool) {
 func (ic *Interceptor[K]) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		m := ic.methods[info.FullMethod]
-		reject, check := ic.screen(m, req)
+		if m == nil {
+			ic.unfiltered.Inc()
+			return ic.grpcWrite(ctx, req, handler)
+		}
+		ctx = ic.grpcToken(ctx)
+		reject, check := ic.screen(ctx, m, req)
 		if reject {
 			return nil, ic.grpcErr
 		}
@@ -234,12 +242,13 @@ func (ic *Interceptor[K]) Stream() grpc.StreamServerInterceptor {
 		m := ic.methods[info.FullMethod]
 		if m == nil {
 			ic.unfiltered.Inc()
-			return handler(srv, ss)
+			return ic.grpcStreamWrite(srv, ss, handler)
 		}
-		return ic.screenFirst(m, ss.RecvMsg, func() error { return ic.grpcErr },
+		ctx := ic.grpcToken(ss.Context())
+		return ic.screenFirst(ctx, m, ss.RecvMsg, func() error { return ic.grpcErr },
 			func(r replay) error {
 				r.internal = grpcInternal
-				return handler(srv, &replayStream{ServerStream: ss, replay: r})
+				return handler(srv, &replayStream{ServerStream: ss, replay: r, ctx: ctx})
 			},
 			func(err error) bool { return status.Code(err) == codes.NotFound })
 	}
@@ -250,13 +259,13 @@ func (ic *Interceptor[K]) Stream() grpc.StreamServerInterceptor {
 // handler; otherwise it calls handler with the replay of what it received
 // (the message, or recv's error), and counts an error of the handler that
 // notFound recognizes as a false positive.
-func (ic *Interceptor[K]) screenFirst(m *method[K], recv func(any) error, rejected func() error, handler func(replay) error, notFound func(error) bool) error {
+func (ic *Interceptor[K]) screenFirst(ctx context.Context, m *method[K], recv func(any) error, rejected func() error, handler func(replay) error, notFound func(error) bool) error {
 	first := m.in.New().Interface()
 	if err := recv(first); err != nil {
 		m.missingKey.Inc()
 		return handler(replay{err: err})
 	}
-	reject, check := ic.screen(m, first)
+	reject, check := ic.screen(ctx, m, first)
 	if reject {
 		return rejected()
 	}
@@ -300,7 +309,10 @@ func connectInternal(err error) error { return connect.NewError(connect.CodeInte
 type replayStream struct {
 	grpc.ServerStream
 	replay
+	ctx context.Context // the stream's, under the request's token
 }
+
+func (s *replayStream) Context() context.Context { return s.ctx }
 
 func (s *replayStream) RecvMsg(m any) error {
 	if ok, err := s.take(m); ok {
@@ -330,7 +342,12 @@ func (ic *Interceptor[K]) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			return next(ctx, req)
 		}
 		m := ic.methods[spec.Procedure]
-		reject, check := ic.screen(m, req.Any())
+		if m == nil {
+			ic.unfiltered.Inc()
+			return ic.connectWrite(ctx, req, next)
+		}
+		ctx = ic.withToken(ctx, req.Header().Get(middleware.TokenHeader))
+		reject, check := ic.screen(ctx, m, req.Any())
 		if reject {
 			return nil, ic.connectErr()
 		}
@@ -357,9 +374,10 @@ func (ic *Interceptor[K]) WrapStreamingHandler(next connect.StreamingHandlerFunc
 		m := ic.methods[conn.Spec().Procedure]
 		if m == nil {
 			ic.unfiltered.Inc()
-			return next(ctx, conn)
+			return ic.connectStreamWrite(ctx, conn, next)
 		}
-		return ic.screenFirst(m, conn.Receive, ic.connectErr,
+		ctx = ic.withToken(ctx, conn.RequestHeader().Get(middleware.TokenHeader))
+		return ic.screenFirst(ctx, m, conn.Receive, ic.connectErr,
 			func(r replay) error {
 				r.internal = connectInternal
 				return next(ctx, &replayConn{StreamingHandlerConn: conn, replay: r})

@@ -10,6 +10,11 @@ type Stats struct {
 	// Unfiltered counts the requests of methods that are not guarded:
 	// passed unchanged.
 	Unfiltered uint64
+	// Tokens counts the requests of guarded methods that carried a
+	// consistency token (TokenMetadata); TokensRefused those whose token
+	// did not read (they, and their handler's lookups, passed through);
+	// TokensSet the responses of writes that got one.
+	Tokens, TokensRefused, TokensSet uint64
 }
 
 // MethodStats counts the requests of one guarded method, as
@@ -24,7 +29,8 @@ type MethodStats struct {
 
 // Stats returns the Interceptor's counters.
 func (ic *Interceptor[K]) Stats() Stats {
-	st := Stats{Methods: make(map[string]MethodStats, len(ic.methods)), Unfiltered: uint64(ic.unfiltered.Value())}
+	st := Stats{Methods: make(map[string]MethodStats, len(ic.methods)), Unfiltered: uint64(ic.unfiltered.Value()),
+		Tokens: uint64(ic.tokens.Value()), TokensRefused: uint64(ic.tokenRefused.Value()), TokensSet: uint64(ic.tokensSet.Value())}
 	for name, m := range ic.methods {
 		st.Methods[name] = MethodStats{
 			Rejected:       uint64(m.rejected.Value()),

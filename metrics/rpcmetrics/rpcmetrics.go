@@ -12,6 +12,8 @@
 //	                                                         with method="", result="unfiltered": requests of the
 //	                                                         methods that are not guarded
 //	cuckooguard_rpc_false_positives_total{method}   counter  passed, and the handler answered NotFound
+//	cuckooguard_rpc_tokens_total{result}            counter  consistency tokens: "read", "refused" (did not read),
+//	                                                         "set" (on the responses of writes)
 //
 // The method label is the full method name, "/package.Service/Method", of
 // the methods the Interceptor guards: a fixed set, whatever clients send.
@@ -56,5 +58,10 @@ func NewInterceptorCollector(ic InterceptorStatser, opts ...metrics.Option) prom
 			Add(falsePos, func(s *S) float64 { return float64(s.Methods[m].FalsePositives) }, m)
 	}
 	c.Add(requests, func(s *S) float64 { return float64(s.Unfiltered) }, "", "unfiltered")
+	tokens := collect.Metric{Subsystem: sub, Name: "tokens_total", Type: prometheus.CounterValue, Labels: []string{"result"},
+		Help: `Consistency tokens: "read" from requests of guarded methods, "refused" (a token that did not read: the request passed through), "set" on the responses of writes.`}
+	c.Add(tokens, func(s *S) float64 { return float64(s.Tokens - min(s.Tokens, s.TokensRefused)) }, "read").
+		Add(tokens, func(s *S) float64 { return float64(s.TokensRefused) }, "refused").
+		Add(tokens, func(s *S) float64 { return float64(s.TokensSet) }, "set")
 	return c
 }

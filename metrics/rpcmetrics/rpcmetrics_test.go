@@ -78,6 +78,9 @@ func TestCollector(t *testing.T) {
 		`cuckooguard_rpc_requests_total{method="` + watch + `",result="missing_key",service="users"}`: counter(0),
 		`cuckooguard_rpc_false_positives_total{method="` + watch + `",service="users"}`:               counter(0),
 		`cuckooguard_rpc_requests_total{method="",result="unfiltered",service="users"}`:               counter(1),
+		`cuckooguard_rpc_tokens_total{result="read",service="users"}`:                                 counter(0),
+		`cuckooguard_rpc_tokens_total{result="refused",service="users"}`:                              counter(0),
+		`cuckooguard_rpc_tokens_total{result="set",service="users"}`:                                  counter(0),
 	}
 	metricstest.Compare(t, metricstest.Gather(t, reg), want)
 	metricstest.Lint(t, reg)
