@@ -98,7 +98,12 @@
 // # Concurrency
 //
 // A Guard is safe for concurrent use by multiple goroutines. Lookups take
-// no lock and do not allocate; adds and removes lock one shard.
+// no lock and do not allocate. An add whose key finds a free slot in one of
+// its two buckets, and a remove that finds its key's entry, take no lock
+// either: each is one compare-and-swap of the bucket, counted per core
+// (see package shard). An add that must evict entries to make room, and
+// the writes to a shard that is doubling or being written to a snapshot,
+// lock that shard.
 //
 // A shard that reaches the grow threshold is queued and doubled in the
 // background (package resize), chunk by chunk behind a cursor: lookups

@@ -276,7 +276,13 @@ func (g *Guard) AddHash(h uint64) error {
 		}
 		return err
 	}
-	g.rs.Maybe(s) // queues a background doubling at the grow threshold
+	// Queue a background doubling at the grow threshold. GrowthDue is a
+	// hint on a line that writers rarely write; NeedsGrowth, which Maybe
+	// asks, reads every counter stripe of the shard, which other cores
+	// write, so it is asked only when the hint says so.
+	if s.GrowthDue() {
+		g.rs.Maybe(s)
+	}
 	return nil
 }
 

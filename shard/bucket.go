@@ -48,6 +48,14 @@ func matches(w, p uint64) bool {
 	return zeroLanes((w^p)&^below) != 0
 }
 
+// matchLanes is matches lane by lane: bit 16i+15 of the result is set if
+// and only if lane i of w matches probe p.
+func matchLanes(w, p uint64) uint64 {
+	l := w&lowBytes | stoppers
+	below := (l ^ (l - lanesLow)) & lowBytes
+	return exactZeroLanes((w ^ p) &^ below)
+}
+
 // freeLane returns the index of the lowest empty lane of b, or -1 if b is
 // full.
 func freeLane(b uint64) int {

@@ -93,8 +93,14 @@
 //
 // # Concurrency
 //
-// Writers (Insert, Delete, the doubling steps) serialize on the shard's
-// mutex. Lookups take no lock: buckets are read with atomic loads, and
+// The common writes take no lock: an insert that finds a free slot in one
+// of its two buckets, and a delete that finds its entry, are one
+// compare-and-swap of the bucket, counted on per-P counter stripes (see
+// counter.go). Evictions, the stash, doublings and encodings serialize on
+// the shard's mutex; a doubling and an encoding close a gate that keeps
+// lock-free writers out until they end, and evictions run beside them,
+// writing with compare-and-swap and giving up a path that a lock-free
+// delete changed. Lookups take no lock: buckets are read with atomic loads, and
 // version counters striped by bucket (seqlock.go) are odd while entries
 // move between the buckets they guard. An insert that must evict finds its
 // whole path first, moving nothing, then moves the entries from the free

@@ -40,6 +40,10 @@ func (s *Shard) WriteTo(w io.Writer) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.finishGrowLocked()
+	// Lock-free writers wait too: the counts written first must be those
+	// of the buckets written after them.
+	s.closeGateLocked()
+	defer s.openGateLocked()
 	t := s.tab.Load()
 	stash := t.stashEntries()
 	buf := make([]byte, 0, 64<<10)
@@ -47,7 +51,7 @@ func (s *Shard) WriteTo(w io.Writer) (int64, error) {
 	buf = binary.LittleEndian.AppendUint16(buf, uint16(len(stash)))
 	buf = binary.LittleEndian.AppendUint32(buf, uint32(s.doublings.Load()))
 	buf = binary.LittleEndian.AppendUint64(buf, uint64(s.Len()))
-	buf = binary.LittleEndian.AppendUint64(buf, uint64(s.copies.Load()))
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(s.copiesNow()))
 	for _, e := range stash {
 		buf = binary.LittleEndian.AppendUint64(buf, e)
 	}
@@ -153,10 +157,12 @@ func (s *Shard) ReadFrom(r io.Reader) (int64, error) {
 	defer s.mu.Unlock()
 	t.refused.Store(s.tab.Load().refused.Load())
 	s.tab.Store(t)
-	s.fullAt = 0 // a search in the table replaced says nothing about t
-	s.inserts.Store(items)
-	s.deletes.Store(0)
-	s.copies.Store(int64(copies))
+	s.fullDeletes = 0 // a search in the table replaced says nothing about t
+	// s is new: its stripes, made for the table Init made, are made again
+	// for the one read.
+	s.initCounters(int(t.k))
+	s.stripe(0).inserts.Store(items)
+	s.copies.Store(int64(copies - items)) // the stripe holds back the items
 	s.doublings.Store(int32(doublings))
 	return read, nil
 }

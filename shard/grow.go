@@ -73,7 +73,9 @@ func (s *Shard) growStepLocked(chunk int) bool {
 		// New buckets 2j and 2j+1 are fed by old bucket j only, and
 		// writers put nothing there until the cursor passes j: plain
 		// stores of the split are enough, atomic for concurrent readers.
-		lo, hi, v := splitBucket(t.buckets[j], &hist)
+		// The gate is closed (beginGrowLocked): no lock-free writer
+		// changes bucket j after the split read it.
+		lo, hi, v := splitBucket(t.load(j), &hist)
 		storeBucket(nt, 2*j, lo)
 		storeBucket(nt, 2*j+1, hi)
 		voids += v
@@ -83,7 +85,7 @@ func (s *Shard) growStepLocked(chunk int) bool {
 			nt.tails[tl].Add(n)
 		}
 	}
-	s.copies.Add(int64(voids))
+	s.addCopies(int64(voids))
 	t.cursor.Store(end)
 	if end == uint64(len(t.buckets)) {
 		// The stash moves to the new table, whose bucket numbers differ
@@ -106,7 +108,7 @@ func (s *Shard) finishLocked(t, nt *table) {
 		n := 1
 		if !ok {
 			children, n = [2]uint64{2 * b, 2*b + 1}, 2 // void: a copy in each
-			s.copies.Add(1)
+			s.addCopies(1)
 		}
 		for _, c := range children[:n] {
 			// The new table is about half full, so a free slot in either
@@ -129,7 +131,10 @@ func (s *Shard) finishLocked(t, nt *table) {
 	nt.refused.Store(t.refused.Load())
 	s.tab.Store(nt)
 	s.doublings.Add(1)
-	s.fullAt = 0
+	s.fullDeletes = 0
+	s.due.Store(false)
+	// Lock-free writers may write the new table (see counter.go).
+	s.openGateLocked()
 	if s.growth != nil {
 		s.growth.used.Add(-t.reservedBytes())
 	}

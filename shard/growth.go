@@ -142,7 +142,7 @@ func (s *Shard) SetGrowth(g *Growth) error {
 // shard holds never passes the policy's cap.
 func (s *Shard) ReservedBytes() int {
 	t := s.tab.Load()
-	n := int64(shardBytes) + t.reservedBytes()
+	n := int64(s.fixedBytes()) + t.reservedBytes()
 	if nt := t.next.Load(); nt != nil {
 		n += nt.reservedBytes()
 	}
@@ -177,7 +177,13 @@ func doublingBytes(t *table, room int32) int64 {
 // background worker.
 func (s *Shard) NeedsGrowth() bool {
 	g := s.growth
-	if g == nil || s.LoadFactor() < g.threshold {
+	if g == nil {
+		return false
+	}
+	if s.LoadFactor() < g.threshold {
+		if s.due.Load() {
+			s.due.Store(false) // deletes brought it back: see GrowthDue
+		}
 		return false
 	}
 	t := s.tab.Load()
@@ -239,5 +245,9 @@ func (s *Shard) beginGrowLocked() (bool, error) {
 	nt.stashRoom = room
 	// Nothing moves yet (the cursor is 0), so readers need no retry.
 	t.next.Store(nt)
+	// A lock-free write to a bucket the split has read would be lost:
+	// writers take the mutex until the doubling ends (finishLocked opens
+	// the gate again), and those inside finish first.
+	s.closeGateLocked()
 	return true, nil
 }

@@ -5,14 +5,6 @@ import "math/bits"
 // Helpers that only tests use: they read buckets and stripes in ways the
 // shard itself never needs.
 
-// matchLanes is matches lane by lane: bit 16i+15 of the result is set if
-// and only if lane i of w matches probe p.
-func matchLanes(w, p uint64) uint64 {
-	l := w&lowBytes | stoppers
-	below := (l ^ (l - lanesLow)) & lowBytes
-	return exactZeroLanes((w ^ p) &^ below)
-}
-
 // hasSlot reports whether any lane of bucket b equals the slot value s.
 func hasSlot(b, s uint64) bool {
 	return zeroLanes(b^(s*lanesLow)) != 0

@@ -26,11 +26,12 @@ const (
 )
 
 // pathNode is one bucket of the search: in is the slot that moves into
-// bucket b, evicted from lane lane of the parent node's bucket (for a
-// root, the new item's slot).
+// bucket b, evicted from lane lane of the parent node's bucket, where the
+// search found it as out (for a root, in is the new item's slot).
 type pathNode struct {
 	b      uint64
 	in     uint64
+	out    uint64
 	parent int32 // -1 for the two roots
 	lane   int8
 	depth  int8
@@ -58,8 +59,11 @@ const pooledPathNodes = 256
 // returns the slot the item got, or ErrFull if no path within reach ends
 // in a free slot and the stash is full; the shard is then unchanged. A
 // path that ends in a full bucket parks that bucket's first entry in the
-// stash. The caller holds s.mu; t is not migrating (or is the new table
-// of a doubling that is finishing under every stripe, with bump false).
+// stash. It returns errMoved if a lock-free writer changed the path
+// before it was carried out (see movePathLocked): the item is not stored
+// and the shard holds what it held. The caller holds s.mu; t is not
+// migrating (or is the new table of a doubling that is finishing under
+// every stripe, with bump false).
 func (s *Shard) kickLocked(t *table, b1, s1, b2, s2 uint64, bump bool) (uint64, error) {
 	s.searches++
 	p := pathPool.Get().(*[]pathNode)
@@ -72,19 +76,20 @@ func (s *Shard) kickLocked(t *table, b1, s1, b2, s2 uint64, bump bool) (uint64, 
 	}()
 	for i := 0; i < len(nodes); i++ {
 		n := nodes[i]
-		w := t.buckets[n.b]
-		if lane := freeLane(w); lane >= 0 {
-			return s.movePathLocked(t, nodes, i, lane, false, bump), nil
+		w := t.load(n.b)
+		if freeLane(w) >= 0 {
+			return s.movePathLocked(t, nodes, i, 0, false, bump)
 		}
 		if n.depth == maxPathLen || len(nodes)+slotsPerBucket > maxPathNodes {
 			continue
 		}
 		for l := range slotsPerBucket {
-			ob, os := t.other(n.b, laneOf(w, l))
+			out := laneOf(w, l)
+			ob, os := t.other(n.b, out)
 			if onPath(nodes, i, ob) {
 				continue // a path visits a bucket once
 			}
-			nodes = append(nodes, pathNode{b: ob, in: os, parent: int32(i), lane: int8(l), depth: n.depth + 1})
+			nodes = append(nodes, pathNode{b: ob, in: os, out: out, parent: int32(i), lane: int8(l), depth: n.depth + 1})
 		}
 	}
 	// No free slot within reach: the last node's bucket gives its first
@@ -92,7 +97,7 @@ func (s *Shard) kickLocked(t *table, b1, s1, b2, s2 uint64, bump bool) (uint64, 
 	if t.stashN.Load() >= StashSize {
 		return 0, ErrFull
 	}
-	return s.movePathLocked(t, nodes, len(nodes)-1, 0, true, bump), nil
+	return s.movePathLocked(t, nodes, len(nodes)-1, 0, true, bump)
 }
 
 // onPath reports whether bucket b is on the path from node i to its root.
@@ -106,36 +111,85 @@ func onPath(nodes []pathNode, i int, b uint64) bool {
 }
 
 // movePathLocked carries out the path from node end to its root: node
-// end's slot goes into lane lane of its bucket (a free lane, or with stash
-// set the lane whose entry goes to the stash first), and each node's
+// end's slot goes into a free lane of its bucket (with stash set, into
+// lane lane, whose entry goes to the stash first), and each node's
 // parent's slot goes into the lane its entry left. Every entry is copied
 // before it is overwritten, and the stripes of every bucket of the path
 // are odd throughout (bump makes them so; a caller that holds every
 // stripe odd already passes false). It returns the slot stored in the
 // root's bucket: the new item's.
-func (s *Shard) movePathLocked(t *table, nodes []pathNode, end, lane int, stash, bump bool) uint64 {
+//
+// Lock-free writers run meanwhile (counter.go). An insert can only fill a
+// free lane, which a move never counts on but at the path's end; a delete
+// can clear an entry the path is about to move. So each bucket is written
+// with compare-and-swap, and the lane to overwrite must still hold the
+// entry the search found there. If it does not, the entry was deleted
+// after its copy reached the child's bucket: the copy is taken back, and
+// the path is given up with errMoved. Every move carried out until then
+// is complete (copied, then overwritten), so the shard holds what it held
+// and the insert searches again. (A lane deleted and refilled with an
+// equal slot counts as the same entry: equal slots in one bucket cannot be
+// told apart.)
+func (s *Shard) movePathLocked(t *table, nodes []pathNode, end, lane int, stash, bump bool) (uint64, error) {
 	var mask uint64 // stripes of the path's buckets
 	for i := end; i >= 0; i = int(nodes[i].parent) {
 		mask |= 1 << stripeOf(nodes[i].b)
 	}
-	var sb, ss uint64 // the stashed entry, filed under its alternate bucket
+	eb := nodes[end].b
+	var e0, sb, ss uint64 // the stashed entry, filed under its alternate bucket
 	if stash {
-		sb, ss = t.other(nodes[end].b, laneOf(t.buckets[nodes[end].b], lane))
+		if e0 = laneOf(t.load(eb), lane); e0 == 0 {
+			return 0, s.givenUp() // a delete made room: search again
+		}
+		sb, ss = t.other(eb, e0)
 		mask |= 1 << stripeOf(sb)
 	}
 	if !bump {
 		mask = 0
 	}
 	s.vers.openMask(mask)
+	defer s.vers.openMask(mask) // closes: every stripe of the mask is even again
 	if stash {
 		t.stashAdd(sb, ss)
+		for {
+			w := t.load(eb)
+			if laneOf(w, lane) != e0 {
+				t.stashRemove(len(t.stashEntries()) - 1)
+				return 0, s.givenUp()
+			}
+			if t.cas(eb, w, withLane(w, lane, nodes[end].in)) {
+				break
+			}
+		}
+	} else if !t.put(eb, nodes[end].in) {
+		return 0, s.givenUp() // a lock-free insert took the free lane
 	}
-	var root uint64
-	for i := end; i >= 0; i = int(nodes[i].parent) {
-		n := nodes[i]
-		atomic.StoreUint64(&t.buckets[n.b], withLane(t.buckets[n.b], lane, n.in))
-		lane, root = int(n.lane), n.in
+	root, child := nodes[end].in, end
+	for i := int(nodes[end].parent); i >= 0; i = int(nodes[i].parent) {
+		c, n := &nodes[child], &nodes[i]
+		l := int(c.lane)
+		for {
+			w := t.load(n.b)
+			if laneOf(w, l) != c.out {
+				t.removeSlot(c.b, c.in)
+				return 0, s.givenUp()
+			}
+			if t.cas(n.b, w, withLane(w, l, n.in)) {
+				break
+			}
+		}
+		root, child = n.in, i
 	}
-	s.vers.openMask(mask) // closes: every stripe of the mask is even again
-	return root
+	return root, nil
+}
+
+// pathsGivenUp counts the eviction paths given up because a lock-free
+// delete changed them, in every shard: for tests, which check that they
+// race what they mean to race.
+var pathsGivenUp atomic.Uint64
+
+// givenUp counts a path given up and returns errMoved.
+func (s *Shard) givenUp() error {
+	pathsGivenUp.Add(1)
+	return errMoved
 }

@@ -27,7 +27,10 @@ import "sync/atomic"
 //     looks for was in one of them when it read it.
 //   - A plain insert into a free slot and a delete move nothing and bump
 //     nothing: a lookup that misses an insert that overlapped it, or
-//     finds an entry being deleted, was allowed to.
+//     finds an entry being deleted, was allowed to. That holds for the
+//     lock-free ones too (counter.go): each is one compare-and-swap of one
+//     bucket, and an eviction path that one of them changes is given up
+//     only after each of its moves completed (see movePathLocked).
 //   - An eviction path is found first without moving anything (see
 //     kickLocked), then moved from its end toward its start, one entry at
 //     a time: each move opens a window of two stores on two stripes, not

@@ -1,7 +1,9 @@
 package shard
 
 import (
+	"errors"
 	"fmt"
+	"math/bits"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -31,30 +33,34 @@ type Shard struct {
 
 const cacheLine = 64
 
-// writeSide is everything an insert or a delete writes besides buckets,
-// on the line that Lock takes anyway: the counts a guard needs for its
-// adds and removes too, so that a write moves no other line between the
-// cores of the writers (issue 34).
+// writeSide is what writers under the mutex use besides buckets, on the
+// line that Lock takes anyway. Lock-free writers (counter.go) touch none
+// of it: they count on per-P stripes, so that a write moves no line of
+// the shard's between the cores of the writers (issues 34 and 51).
 type writeSide struct {
-	mu sync.Mutex // protects the fields below and writes to *tab
-	// inserts and deletes count the items inserted (ReadFrom's included)
-	// and deleted; the shard holds inserts - deletes. Both only grow, so
-	// that sums of them over shards do too. Written under mu.
-	inserts   atomic.Uint64
-	deletes   atomic.Uint64
-	copies    atomic.Int64 // occupied slots, stash included; written under mu
+	mu sync.Mutex // protects searches, fullDeletes, the stash and the gate
+	// cnt points to the first of cntMask+1 per-P counter stripes: the
+	// items inserted and deleted, the occupied slots, the lock-free
+	// writers' gate (see counter.go). Set by Init, never changed.
+	cnt       *counterStripe
+	cntMask   uint32
 	doublings atomic.Int32 // written under mu
 	// searches counts the searches for an eviction path, for tests: a
-	// failed search moves nothing and bumps no version. (An int32 beside
-	// doublings keeps writeSide in one cache line.)
+	// failed search moves nothing and bumps no version.
 	searches int32
-	retries  atomic.Uint64
-	// fullAt is the item count at which a search for an eviction path
-	// last failed, 0 if none has since the last delete or doubling. An
-	// insert that would need one at that count or above fails at once:
-	// writers retrying on a full shard would otherwise search it, up to
-	// maxPathNodes bucket reads each, again and again.
-	fullAt int64
+	// due is set when a flush of a stripe's copies finds the shard at its
+	// growth policy's threshold (see GrowthDue).
+	due     atomic.Bool
+	retries atomic.Uint64
+	// copies holds the occupied slots that the stripes flushed, and
+	// the void copies of doublings; the shard's are its sum with theirs.
+	copies atomic.Int64
+	// fullDeletes is 1 + the shard's deletes when a search for an
+	// eviction path last failed, 0 if none has since the last doubling.
+	// An insert that would need a search fails at once while no delete
+	// came since: writers retrying on a full shard would otherwise search
+	// it, up to maxPathNodes bucket reads each, again and again.
+	fullDeletes uint64
 	// growth is the shard's growth policy, nil for a shard that doubles
 	// only when told to; set once by SetGrowth before the shard is shared.
 	growth *Growth
@@ -80,6 +86,7 @@ func (s *Shard) Init(log2Buckets int) error {
 	t := newTable(uint8(log2Buckets))
 	t.exact = t.tnew() == MaxTailBits
 	s.tab.Store(t)
+	s.initCounters(log2Buckets)
 	return nil
 }
 
@@ -164,6 +171,9 @@ func (s *Shard) Insert(f uint8, v uint64) error {
 	if f == 0 {
 		return ErrZeroFingerprint
 	}
+	if done, err := s.insertFast(f, v); done {
+		return err
+	}
 	for {
 		d, err := s.insert(f, v)
 		if err != ErrFull || s.growth == nil {
@@ -179,6 +189,89 @@ func (s *Shard) Insert(f uint8, v uint64) error {
 	}
 }
 
+// insertFast is the insert that takes no lock: one compare-and-swap of a
+// bucket with a free lane, when the gate is open (no doubling, no
+// encoding) and neither bucket holds a copy of the item's slot already.
+// It reports false, having changed nothing, when the insert must take the
+// mutex instead.
+//
+// MaxCopies: two writers that insert copies of one item at once each
+// counted the copies before the other's landed. So every insert counts
+// again after its own compare-and-swap, and takes its copy back if there
+// are too many: of two inserts racing, the second to count sees the first
+// one's copy (each writes before it reads again), so the copies kept never
+// exceed MaxCopies. (Both may see the other's, and both refuse: the item
+// is present all the same. A copy taken back counts as an insert and a
+// delete.)
+func (s *Shard) insertFast(f uint8, v uint64) (bool, error) {
+	st := s.perP()
+	if !st.enter() {
+		return false, nil
+	}
+	t := s.tab.Load()
+	b1, s1, b2, s2 := t.slots(f, v, alt(f))
+	for {
+		w1, w2 := t.load(b1), t.load(b2)
+		if equalLanes(w1, s1)+equalLanes(w2, s2) != 0 {
+			// Copies of the item: the mutex path counts them with the
+			// stash's.
+			st.leave()
+			return false, nil
+		}
+		b, sl, w := b1, s1, w1
+		i := freeLane(w1)
+		if i < 0 {
+			b, sl, w = b2, s2, w2
+			if i = freeLane(w2); i < 0 {
+				st.leave()
+				return false, nil // both full: an eviction, under the mutex
+			}
+		}
+		if t.cas(b, w, withLane(w, i, sl)) {
+			break
+		}
+		// Another writer changed the bucket: look again.
+	}
+	// Counted inside the gate, so that an encoding, which closes it,
+	// finds the counts of the buckets it writes.
+	s.countInsert(st, t)
+	st.leave()
+	// Count the copies again. The stripe of b1 validates the two reads
+	// against moves between b1 and b2, as a lookup's does; a stash or
+	// an unstable read leaves the count to the mutex path.
+	vs := stripeOf(b1)
+	ver := s.vers[vs].Load()
+	n := equalLanes(t.load(b1), s1) + equalLanes(t.load(b2), s2)
+	if n > 1 || t.stashN.Load() != 0 || !s.vers.stable(vs, ver) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.copiesLocked(f, v) > MaxCopies {
+			// Taken back as a delete: the insert was counted.
+			s.deleteLocked(f, v, true)
+			s.tab.Load().refused.Add(1)
+			return true, ErrTooManyCopies
+		}
+	}
+	return true, nil
+}
+
+// copiesLocked returns the number of entries in the item's two buckets
+// and the stashes that equal the slot a new copy of it gets there,
+// resolving each bucket through the migration cursor. The caller holds
+// s.mu.
+func (s *Shard) copiesLocked(f uint8, v uint64) int {
+	t := s.tab.Load()
+	nt := t.next.Load()
+	cur := t.cursor.Load()
+	n := 0
+	for _, vc := range [2]uint64{v, v ^ alt(f)} {
+		rt := t.resolve(nt, cur, vc)
+		b, _, sl := rt.candidate(f, vc)
+		n += equalLanes(rt.load(b), sl) + rt.stashEqual(b, sl)
+	}
+	return n
+}
+
 // insert is one attempt of Insert, under the mutex. It also returns the
 // shard's doublings at the attempt, for growFor. (It reads them under the
 // mutex: read before Lock, they would fetch the writers' cache line from
@@ -188,27 +281,38 @@ func (s *Shard) insert(f uint8, v uint64) (doublings int, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	doublings = s.Doublings()
+	for {
+		err := s.insertLocked(f, v)
+		if err != errMoved {
+			return doublings, err
+		}
+	}
+}
+
+// errMoved says that an eviction path was given up because a lock-free
+// delete changed it (see movePathLocked): the insert searches again.
+var errMoved = errors.New("shard: eviction path changed")
+
+// insertLocked is one try of insert. It returns errMoved if an eviction
+// path changed under it; the shard then holds everything it held and
+// the item is not inserted.
+func (s *Shard) insertLocked(f uint8, v uint64) error {
+	if s.copiesLocked(f, v) >= MaxCopies {
+		s.tab.Load().refused.Add(1)
+		return ErrTooManyCopies
+	}
 	t := s.tab.Load()
 	g := alt(f)
 	if nt := t.next.Load(); nt != nil {
-		// Migrating: a free slot in either resolved bucket is enough.
+		// Migrating (the gate is closed: no lock-free writer): a free
+		// slot in either resolved bucket is enough.
 		cur := t.cursor.Load()
-		var tabs [2]*table
-		var bs, ss [2]uint64
-		n := 0
-		for i, vc := range [2]uint64{v, v ^ g} {
-			tabs[i] = t.resolve(nt, cur, vc)
-			bs[i], _, ss[i] = tabs[i].candidate(f, vc)
-			n += equalLanes(tabs[i].buckets[bs[i]], ss[i]) + tabs[i].stashEqual(bs[i], ss[i])
-		}
-		if n >= MaxCopies {
-			t.refused.Add(1)
-			return doublings, ErrTooManyCopies
-		}
-		for i := range tabs {
-			if tabs[i].put(bs[i], ss[i]) {
-				s.added(tabs[i], ss[i])
-				return doublings, nil
+		for _, vc := range [2]uint64{v, v ^ g} {
+			rt := t.resolve(nt, cur, vc)
+			b, _, sl := rt.candidate(f, vc)
+			if rt.put(b, sl) {
+				s.added(rt, sl)
+				return nil
 			}
 		}
 		// Evictions would have to cross the cursor: help finish the
@@ -217,35 +321,34 @@ func (s *Shard) insert(f uint8, v uint64) (doublings int, err error) {
 		t = s.tab.Load()
 	}
 	b1, s1, b2, s2 := t.slots(f, v, g)
-	if equalLanes(t.buckets[b1], s1)+equalLanes(t.buckets[b2], s2)+t.stashEqual(b1, s1)+t.stashEqual(b2, s2) >= MaxCopies {
+	placed := t.put(b1, s1) || t.put(b2, s2)
+	if !placed {
+		if s.fullDeletes != 0 && s.deletesNow()+1 == s.fullDeletes {
+			return ErrFull
+		}
+		_, err := s.kickLocked(t, b1, s1, b2, s2, true)
+		if err == ErrFull {
+			s.fullDeletes = s.deletesNow() + 1
+		}
+		if err != nil {
+			return err
+		}
+	}
+	// Lock-free inserts of the same item may have landed since the count
+	// (see insertFast): count again.
+	if s.copiesLocked(f, v) > MaxCopies {
+		s.deleteLocked(f, v, false)
 		t.refused.Add(1)
-		return doublings, ErrTooManyCopies
+		return ErrTooManyCopies
 	}
-	if t.put(b1, s1) {
-		s.added(t, s1)
-		return doublings, nil
-	}
-	if t.put(b2, s2) {
-		s.added(t, s2)
-		return doublings, nil
-	}
-	if s.fullAt != 0 && int64(s.Len()) >= s.fullAt {
-		return doublings, ErrFull
-	}
-	sl, err := s.kickLocked(t, b1, s1, b2, s2, true)
-	if err != nil {
-		s.fullAt = int64(s.Len())
-		return doublings, err
-	}
-	s.added(t, sl)
-	return doublings, nil
+	s.added(t, s1) // s1 and s2 have the same tail length
+	return nil
 }
 
 // added counts a new item whose slot s was stored in t. The caller holds
 // s.mu.
 func (s *Shard) added(t *table, sl uint64) {
-	s.inserts.Add(1)
-	s.copies.Add(1)
+	s.countInsert(s.perP(), t)
 	t.count(sl, 1)
 }
 
@@ -267,8 +370,92 @@ func (s *Shard) Delete(f uint8, v uint64) bool {
 	if f == 0 {
 		return false
 	}
+	if s.deleteFast(f, v) {
+		return true
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.deleteLocked(f, v, true)
+}
+
+// deleteFast is the delete that takes no lock: one compare-and-swap that
+// clears the item's most specific entry in its two buckets, when the gate
+// is open, the stash is empty, and the stripe of the item's first bucket
+// says that no entry moved between the two while they were read (an
+// entry in motion could be the most specific one; see Delete). It
+// reports false, having changed nothing, when the delete must take the
+// mutex instead: also when it finds no entry, so that a miss is decided
+// where the stash is searched too.
+func (s *Shard) deleteFast(f uint8, v uint64) bool {
+	st := s.perP()
+	if !st.enter() {
+		return false
+	}
+	t := s.tab.Load()
+	b1, p1, b2, p2 := t.probes(f, v, alt(f))
+	vs := stripeOf(b1)
+	for try := 0; try < 4; try++ {
+		ver := s.vers[vs].Load()
+		w1, w2 := t.load(b1), t.load(b2)
+		if t.stashN.Load() != 0 || !s.vers.stable(vs, ver) {
+			break
+		}
+		b, w, lane := bestLane(w1, matchLanes(w1, p1), b1, w2, matchLanes(w2, p2), b2)
+		if lane < 0 {
+			break
+		}
+		// A concurrent move that takes this entry out of b changes b's
+		// word, so the swap fails; one that copied it elsewhere already
+		// takes the copy back when it finds the entry gone (see
+		// movePathLocked).
+		if t.cas(b, w, withLane(w, lane, 0)) {
+			t.count(laneOf(w, lane), -1)
+			s.countDelete(st, t) // inside the gate, as insertFast counts
+			st.leave()
+			return true
+		}
+	}
+	st.leave()
+	return false
+}
+
+// bestLane returns, of the lanes marked in m1 of bucket b1 (word w1) and
+// m2 of bucket b2 (word w2), as matchLanes marks them, the bucket, word
+// and lane of the one with the longest tail, the first of them if several;
+// lane -1 if none is marked.
+func bestLane(w1, m1, b1, w2, m2, b2 uint64) (b, w uint64, lane int) {
+	lane, best := -1, -1
+	for j, m := range [2]uint64{m1, m2} {
+		bj, wj := b1, w1
+		if j == 1 {
+			bj, wj = b2, w2
+		}
+		for ; m != 0; m &= m - 1 {
+			i := bits.TrailingZeros64(m) / laneBits
+			if tl := tailLen(laneOf(wj, i)); tl > best {
+				b, w, lane, best = bj, wj, i, tl
+			}
+		}
+	}
+	return b, w, lane
+}
+
+// deleteLocked is Delete under the mutex; count says whether the delete
+// counts as one (not when an insert takes back its own copy). Lock-free
+// writers may run (unless the shard is doubling): the entry is cleared
+// with compare-and-swap, and searched again if its bucket changed.
+func (s *Shard) deleteLocked(f uint8, v uint64, count bool) bool {
+	for {
+		ok, retry := s.deleteOnceLocked(f, v, count)
+		if !retry {
+			return ok
+		}
+	}
+}
+
+// deleteOnceLocked is one try of deleteLocked; retry reports that a
+// lock-free writer changed the bucket of the entry found first.
+func (s *Shard) deleteOnceLocked(f uint8, v uint64, count bool) (ok, retry bool) {
 	t := s.tab.Load()
 	g := alt(f)
 	nt := t.next.Load()
@@ -283,6 +470,7 @@ func (s *Shard) Delete(f uint8, v uint64) bool {
 	var (
 		bestTab  *table
 		bestB    uint64
+		bestW    uint64
 		bestLane = -1
 		bestBits = -1
 		bestSt   = -1
@@ -290,10 +478,10 @@ func (s *Shard) Delete(f uint8, v uint64) bool {
 	for _, vc := range [2]uint64{v, v ^ g} {
 		rt := t.resolve(nt, cur, vc)
 		b, pb, _ := rt.candidate(f, vc)
-		w := rt.buckets[b]
+		w := rt.load(b)
 		for i := range slotsPerBucket {
 			if sl := laneOf(w, i); slotMatches(sl, f, pb) && int(rt.k)+tailLen(sl) > bestBits {
-				bestTab, bestB, bestLane, bestBits, bestSt = rt, b, i, int(rt.k)+tailLen(sl), -1
+				bestTab, bestB, bestW, bestLane, bestBits, bestSt = rt, b, w, i, int(rt.k)+tailLen(sl), -1
 			}
 		}
 	}
@@ -308,24 +496,25 @@ func (s *Shard) Delete(f uint8, v uint64) bool {
 		}
 	}
 	if bestBits < 0 {
-		return false
+		return false, false
 	}
 	// Clearing a slot moves nothing, so it bumps no stripe.
 	if bestSt >= 0 {
 		bestTab.count(bestTab.stashEntries()[bestSt]&laneMask, -1)
 		bestTab.stashRemove(bestSt)
 	} else {
-		w := bestTab.buckets[bestB]
-		bestTab.count(laneOf(w, bestLane), -1)
-		atomic.StoreUint64(&bestTab.buckets[bestB], withLane(w, bestLane, 0))
+		if !bestTab.cas(bestB, bestW, withLane(bestW, bestLane, 0)) {
+			return false, true
+		}
+		bestTab.count(laneOf(bestW, bestLane), -1)
 	}
-	s.deletes.Add(1)
-	s.copies.Add(-1)
-	s.fullAt = 0
+	if count {
+		s.countDelete(s.perP(), t)
+	}
 	if nt == nil && t.stashN.Load() != 0 {
 		s.drainStashLocked(t)
 	}
-	return true
+	return true, false
 }
 
 // drainStashLocked moves stashed slots back into buckets that have room.
@@ -336,17 +525,23 @@ func (s *Shard) drainStashLocked(t *table) {
 		// A move from the stash (filed under b) to b or its alternate:
 		// the slot is written to a bucket before it leaves the stash, and
 		// a reader may have checked that bucket before the write and the
-		// stash after the removal.
+		// stash after the removal. (Lock-free writers do not touch the
+		// stash; a lock-free delete finds the stash not empty and takes
+		// the mutex.)
 		dst, dsl := b, sl
-		if freeLane(t.buckets[b]) < 0 {
+		if freeLane(t.load(b)) < 0 {
 			dst, dsl = t.other(b, sl)
 		}
-		if freeLane(t.buckets[dst]) < 0 {
+		if freeLane(t.load(dst)) < 0 {
 			i++
 			continue
 		}
 		s.vers.open(b, dst)
-		t.put(dst, dsl)
+		if !t.put(dst, dsl) {
+			s.vers.close(b, dst)
+			i++ // a lock-free insert took the lane
+			continue
+		}
 		t.stashRemove(i)
 		s.vers.close(b, dst)
 	}
@@ -365,9 +560,9 @@ func (s *Shard) Len() int {
 // were read with them, and overstate the items by any number.)
 func (s *Shard) counts() (inserts, deletes uint64) {
 	for {
-		d := s.deletes.Load()
-		i := s.inserts.Load()
-		if s.deletes.Load() == d {
+		d := s.deletesNow()
+		i := s.insertsNow()
+		if s.deletesNow() == d {
 			return i, d
 		}
 	}
@@ -375,13 +570,13 @@ func (s *Shard) counts() (inserts, deletes uint64) {
 
 // LoadFactor returns the fraction of slots in use, the copies of void
 // entries included. While the shard doubles it counts the slots of the
-// table being filled. It takes no lock.
+// table being filled. It takes no lock and reads every counter stripe.
 func (s *Shard) LoadFactor() float64 {
 	t := s.tab.Load()
 	if nt := t.next.Load(); nt != nil {
 		t = nt
 	}
-	return float64(s.copies.Load()) / float64(len(t.buckets)*slotsPerBucket)
+	return float64(s.copiesNow()) / float64(len(t.buckets)*slotsPerBucket)
 }
 
 // Doublings returns how many times the shard has doubled.
@@ -391,3 +586,9 @@ func (s *Shard) Doublings() int {
 
 // shardBytes is the memory of a Shard value.
 const shardBytes = int(unsafe.Sizeof(Shard{}))
+
+// fixedBytes returns the memory of s besides its tables and stashes: the
+// Shard value and its counter stripes.
+func (s *Shard) fixedBytes() int {
+	return shardBytes + counterBytes(s.stripes())
+}

@@ -33,11 +33,11 @@ func (s *Shard) Stats() Stats {
 	st := Stats{
 		Inserts:           ins,
 		Deletes:           del,
-		Copies:            int(s.copies.Load()),
+		Copies:            int(s.copiesNow()),
 		Buckets:           len(t.buckets),
 		Stashed:           int(t.stashN.Load()),
 		Doublings:         s.Doublings(),
-		Bytes:             shardBytes + tableBytes(len(t.buckets)) + stashBytes(int(t.stashN.Load())),
+		Bytes:             s.fixedBytes() + tableBytes(len(t.buckets)) + stashBytes(int(t.stashN.Load())),
 		ReadRetries:       s.retries.Load(),
 		DuplicatesRefused: t.refused.Load(),
 	}
@@ -82,5 +82,5 @@ func EstimatedFPR(tails [MaxTailBits + 1]int, buckets int) float64 {
 // BytesFor returns the memory of an empty shard with 2^log2Buckets
 // buckets: its table plus fixed overhead.
 func BytesFor(log2Buckets int) int {
-	return shardBytes + tableBytes(1<<log2Buckets)
+	return shardBytes + counterBytes(stripeCount(log2Buckets)) + tableBytes(1<<log2Buckets)
 }

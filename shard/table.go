@@ -294,15 +294,41 @@ func (t *table) other(b, s uint64) (uint64, uint64) {
 }
 
 // put stores slot s in a free lane of bucket b and reports whether there
-// was one. The caller holds the shard's mutex.
+// was one. It writes with compare-and-swap: lock-free writers may change
+// the bucket meanwhile.
 func (t *table) put(b, s uint64) bool {
-	old := t.buckets[b]
-	i := freeLane(old)
-	if i < 0 {
-		return false
+	for {
+		old := t.load(b)
+		i := freeLane(old)
+		if i < 0 {
+			return false
+		}
+		if t.cas(b, old, withLane(old, i, s)) {
+			return true
+		}
 	}
-	atomic.StoreUint64(&t.buckets[b], withLane(old, i, s))
-	return true
+}
+
+// cas sets bucket b of t to nw if it holds old, and reports whether it
+// did.
+func (t *table) cas(b, old, nw uint64) bool {
+	return atomic.CompareAndSwapUint64((*uint64)(t.addr(b)), old, nw)
+}
+
+// removeSlot clears one lane of bucket b that holds slot s, and reports
+// whether there was one.
+func (t *table) removeSlot(b, s uint64) bool {
+	for {
+		w := t.load(b)
+		m := exactZeroLanes(w ^ s*lanesLow)
+		if m == 0 {
+			return false
+		}
+		i := bits.TrailingZeros64(m) / laneBits
+		if t.cas(b, w, withLane(w, i, 0)) {
+			return true
+		}
+	}
 }
 
 // place stores slot s in bucket b or in its alternate bucket and reports
