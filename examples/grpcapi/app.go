@@ -36,10 +36,11 @@ import (
 
 // config is what the command line sets for the server.
 type config struct {
-	DSN       string        // postgres:// URL or SQLite file path
-	Rows      int64         // users 1..Rows to seed
-	NoGuard   bool          // no interceptor, and GetUser asks the database itself: the load test's baseline
-	Heartbeat time.Duration // the follower's heartbeat (PostgreSQL); 0 for the default
+	DSN         string        // postgres:// URL or SQLite file path
+	Rows        int64         // users 1..Rows to seed
+	NoGuard     bool          // no interceptor, and GetUser asks the database itself: the load test's baseline
+	GuardDetail bool          // the guard's NotFound carries its ErrorInfo (rpcguard.FromGuard), not the handler's status alone
+	Heartbeat   time.Duration // the follower's heartbeat (PostgreSQL); 0 for the default
 }
 
 // app is the users service over gRPC: a database, a Loader guarding its
@@ -109,12 +110,21 @@ func newApp(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err erro
 	}
 
 	// The guard in front of GetUser: ids it has never seen get NotFound
-	// without reaching the handler.
+	// without reaching the handler. The NotFound is the handler's own,
+	// detail for detail, so a client cannot tell which of the two
+	// answered: a NotFound that a handler gives to hide a row (another
+	// tenant's) then says no more than an absent id's. GuardDetail adds
+	// the guard's ErrorInfo instead, which tells every client which ids
+	// the guard knows are absent: for debugging.
 	unary := []grpc.UnaryServerInterceptor{}
 	if !cfg.NoGuard {
+		rejection := rpcguard.WithRejection(userNotFound)
+		if cfg.GuardDetail {
+			rejection = rpcguard.WithMessage(userNotFound.Message())
+		}
 		if a.ic, err = rpcguard.New(loader, rpcguard.Keys[int64]{
 			usersv1.UserService_GetUser_FullMethodName: rpcguard.Field[int64]("id"),
-		}, rpcguard.WithMessage("user not found")); err != nil {
+		}, rejection); err != nil {
 			return nil, err
 		}
 		unary = append(unary, a.ic.Unary())
@@ -303,10 +313,14 @@ func (s *usersServer) DeleteUser(ctx context.Context, req *usersv1.DeleteUserReq
 		return nil, s.a.status(ctx, "delete user", id, err)
 	}
 	if !existed {
-		return nil, status.Error(codes.NotFound, "user not found")
+		return nil, userNotFound.Err()
 	}
 	return &usersv1.DeleteUserResponse{}, nil
 }
+
+// userNotFound is the service's answer for a user it does not find: the
+// handlers' and, unless GuardDetail, the guard's.
+var userNotFound = status.New(codes.NotFound, "user not found")
 
 // status turns a database or Loader error into the call's status:
 // NotFound, Unavailable while the database cannot be reached, Internal
@@ -314,7 +328,7 @@ func (s *usersServer) DeleteUser(ctx context.Context, req *usersv1.DeleteUserReq
 func (a *app) status(ctx context.Context, op string, id int64, err error) error {
 	switch {
 	case errors.Is(err, guarded.ErrNotFound), errors.Is(err, sql.ErrNoRows):
-		return status.Error(codes.NotFound, "user not found")
+		return userNotFound.Err()
 	case ctx.Err() != nil:
 		return status.FromContextError(ctx.Err()).Err()
 	case userdb.Unavailable(err):

@@ -122,8 +122,9 @@ func printUser(w io.Writer, u *usersv1.User, err error) error {
 }
 
 // printStatus prints the status of err if it is an answer of the service
-// (NotFound, AlreadyExists), saying whether the guard gave it, and returns
-// err otherwise.
+// (NotFound, AlreadyExists), and returns err otherwise. A NotFound of the
+// guard is the handler's own unless the server runs with -guard-detail:
+// then its ErrorInfo says that the guard gave it, and so does the line.
 func printStatus(w io.Writer, err error) error {
 	if err == nil {
 		return nil
@@ -131,11 +132,11 @@ func printStatus(w io.Writer, err error) error {
 	st := status.Convert(err)
 	switch st.Code() {
 	case codes.NotFound, codes.AlreadyExists:
-		by := "the handler"
+		by := ""
 		if rpcguard.FromGuard(err) {
-			by = "the guard, without the handler"
+			by = " (answered by the guard, without the handler)"
 		}
-		_, err := fmt.Fprintf(w, "%v: %s (answered by %s)\n", st.Code(), st.Message(), by)
+		_, err := fmt.Fprintf(w, "%v: %s%s\n", st.Code(), st.Message(), by)
 		return err
 	}
 	return err

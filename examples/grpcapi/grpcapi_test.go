@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cuckooguard/cuckooguard/examples/grpcapi/usersv1"
 	"github.com/cuckooguard/cuckooguard/examples/internal/pgtest"
@@ -125,10 +126,28 @@ func (w *watcher) await(want healthpb.HealthCheckResponse_ServingStatus) time.Du
 	}
 }
 
+// guardNotFound fails the test unless err is the service's NotFound,
+// detail for detail the handler's own (userNotFound), and no query ran
+// since the store had run q: the guard answered, and the client cannot
+// tell.
+func (s *served) guardNotFound(t *testing.T, what string, q int64, err error) {
+	t.Helper()
+	if !isUserNotFound(err) || s.a.db.Lookups.Load() != q {
+		t.Fatalf("%s = {%v} after %d more queries, want the handler's own NotFound {%v} without a query: the guard's", what, status.Convert(err).Proto(), s.a.db.Lookups.Load()-q, userNotFound.Proto())
+	}
+}
+
+// isUserNotFound reports whether err is the status userNotFound, with
+// the same code, message and details (none).
+func isUserNotFound(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && proto.Equal(st.Proto(), userNotFound.Proto())
+}
+
 // TestService calls the service over loopback TCP on SQLite: NOT_SERVING
 // turns SERVING once the guard is filled; unknown ids get the guard's
-// NotFound without a query, known ids and writes reach the database, and
-// the metrics count it.
+// NotFound without a query, the same status as the handler's own, known
+// ids and writes reach the database, and the metrics count it.
 func TestService(t *testing.T) {
 	s := serveApp(t, config{DSN: filepath.Join(t.TempDir(), "users.db"), Rows: 1000})
 	ctx := testCtx(t)
@@ -140,9 +159,7 @@ func TestService(t *testing.T) {
 	}
 	q := s.a.db.Lookups.Load()
 	_, err = s.users.GetUser(ctx, &usersv1.GetUserRequest{Id: 999_999})
-	if !rpcguard.FromGuard(err) || s.a.db.Lookups.Load() != q {
-		t.Fatalf("GetUser(unknown) = %v after %d more queries, want the guard's NotFound and none", err, s.a.db.Lookups.Load()-q)
-	}
+	s.guardNotFound(t, "GetUser(unknown)", q, err)
 	if _, err := s.users.CreateUser(ctx, &usersv1.CreateUserRequest{Id: 999_999, Name: "Ada"}); err != nil {
 		t.Fatal(err)
 	}
@@ -155,11 +172,11 @@ func TestService(t *testing.T) {
 	if _, err := s.users.DeleteUser(ctx, &usersv1.DeleteUserRequest{Id: 999_999}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.users.GetUser(ctx, &usersv1.GetUserRequest{Id: 999_999}); !rpcguard.FromGuard(err) {
-		t.Fatalf("GetUser after DeleteUser = %v, want the guard's NotFound", err)
-	}
-	if _, err := s.users.DeleteUser(ctx, &usersv1.DeleteUserRequest{Id: 999_999}); status.Code(err) != codes.NotFound || rpcguard.FromGuard(err) {
-		t.Fatalf("DeleteUser of a deleted id = %v, want the handler's NotFound", err)
+	q = s.a.db.Lookups.Load()
+	_, err = s.users.GetUser(ctx, &usersv1.GetUserRequest{Id: 999_999})
+	s.guardNotFound(t, "GetUser after DeleteUser", q, err)
+	if _, err := s.users.DeleteUser(ctx, &usersv1.DeleteUserRequest{Id: 999_999}); !isUserNotFound(err) {
+		t.Fatalf("DeleteUser of a deleted id = %v, want the handler's NotFound, %v", err, userNotFound.Err())
 	}
 	g, err := s.users.CreateUser(ctx, &usersv1.CreateUserRequest{Name: "Grace"})
 	if err != nil || g.GetId() != 1001 {
@@ -183,13 +200,21 @@ func TestService(t *testing.T) {
 // handler answers unknown ids.
 func TestNoGuard(t *testing.T) {
 	s := serveApp(t, config{DSN: filepath.Join(t.TempDir(), "users.db"), Rows: 100, NoGuard: true})
+	queries, err := s.getWhenServing(t, 999_999)
+	if status.Code(err) != codes.NotFound || rpcguard.FromGuard(err) || queries != 1 {
+		t.Fatalf("GetUser(unknown) = %v after %d queries, want the handler's NotFound after one", err, queries)
+	}
+}
+
+// getWhenServing waits until s is SERVING, then calls GetUser(id); it
+// returns the number of queries the call ran, and its error.
+func (s *served) getWhenServing(t *testing.T, id int64) (queries int64, err error) {
+	t.Helper()
 	ctx := testCtx(t)
 	watch(t, ctx, s).await(healthpb.HealthCheckResponse_SERVING)
 	q := s.a.db.Lookups.Load()
-	_, err := s.users.GetUser(ctx, &usersv1.GetUserRequest{Id: 999_999})
-	if status.Code(err) != codes.NotFound || rpcguard.FromGuard(err) || s.a.db.Lookups.Load() != q+1 {
-		t.Fatalf("GetUser(unknown) = %v after %d queries, want the handler's NotFound after one", err, s.a.db.Lookups.Load()-q)
-	}
+	_, err = s.users.GetUser(ctx, &usersv1.GetUserRequest{Id: id})
+	return s.a.db.Lookups.Load() - q, err
 }
 
 // TestClient runs the client's commands against a server, as the README
@@ -203,11 +228,11 @@ func TestClient(t *testing.T) {
 	}{
 		{"health", []string{"-wait", "30s"}, "SERVING\n"},
 		{"get", []string{"42"}, `{"id":42,"name":"user 42"}` + "\n"},
-		{"get", []string{"999"}, "NotFound: user not found (answered by the guard, without the handler)\n"},
+		{"get", []string{"999"}, "NotFound: user not found\n"}, // the guard's, as the handler's below
 		{"create", []string{"-id", "999", "Ada"}, `{"id":999,"name":"Ada"}` + "\n"},
-		{"create", []string{"-id", "999", "Ada"}, "AlreadyExists: user 999 exists (answered by the handler)\n"},
+		{"create", []string{"-id", "999", "Ada"}, "AlreadyExists: user 999 exists\n"},
 		{"delete", []string{"999"}, "deleted\n"},
-		{"delete", []string{"999"}, "NotFound: user not found (answered by the handler)\n"},
+		{"delete", []string{"999"}, "NotFound: user not found\n"},
 		{"create", []string{"Grace"}, `{"id":101,"name":"Grace"}` + "\n"},
 		{"health", []string{"-service", usersv1.UserService_ServiceDesc.ServiceName}, "SERVING\n"},
 	} {
@@ -219,6 +244,25 @@ func TestClient(t *testing.T) {
 	}
 	if err := clientCmd("get", []string{"-addr", s.addr, "x"}, io.Discard); err == nil {
 		t.Error("get x: no error")
+	}
+}
+
+// TestGuardDetail: with -guard-detail the guard's NotFound carries its
+// ErrorInfo, which rpcguard.FromGuard reads and the client prints, and the
+// handler's does not.
+func TestGuardDetail(t *testing.T) {
+	s := serveApp(t, config{DSN: filepath.Join(t.TempDir(), "users.db"), Rows: 100, GuardDetail: true})
+	queries, err := s.getWhenServing(t, 999)
+	if !rpcguard.FromGuard(err) || status.Convert(err).Message() != "user not found" || queries != 0 {
+		t.Fatalf("GetUser(unknown) = %v after %d queries, want the guard's NotFound with its ErrorInfo, and no query", err, queries)
+	}
+	if _, err := s.users.DeleteUser(testCtx(t), &usersv1.DeleteUserRequest{Id: 999}); !isUserNotFound(err) || rpcguard.FromGuard(err) {
+		t.Fatalf("DeleteUser(unknown) = %v, want the handler's NotFound, without the ErrorInfo", err)
+	}
+	var out bytes.Buffer
+	const want = "NotFound: user not found (answered by the guard, without the handler)\n"
+	if err := clientCmd("get", []string{"-addr", s.addr, "999"}, &out); err != nil || out.String() != want {
+		t.Errorf("get 999: %q, %v; want %q", out.String(), err, want)
 	}
 }
 
@@ -261,9 +305,9 @@ func TestHealthFollowsReplication(t *testing.T) {
 	ctx := testCtx(t)
 	w := watch(t, ctx, s)
 	t.Logf("SERVING after %v", w.await(healthpb.HealthCheckResponse_SERVING))
-	if _, err := s.users.GetUser(ctx, &usersv1.GetUserRequest{Id: 1_000_001}); !rpcguard.FromGuard(err) {
-		t.Fatalf("GetUser(1000001) = %v, want the guard's NotFound", err)
-	}
+	q := s.a.db.Lookups.Load()
+	_, err = s.users.GetUser(ctx, &usersv1.GetUserRequest{Id: 1_000_001})
+	s.guardNotFound(t, "GetUser(1000001)", q, err)
 
 	// Another client of the database, not through the service.
 	other, err := pgx.Connect(ctx, dsn)
@@ -284,7 +328,7 @@ func TestHealthFollowsReplication(t *testing.T) {
 		if err == nil {
 			break
 		}
-		if !rpcguard.FromGuard(err) || time.Since(start) > 10*time.Second {
+		if !isUserNotFound(err) || time.Since(start) > 10*time.Second {
 			t.Fatalf("GetUser of a row another client wrote, after %v: %v", time.Since(start), err)
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -296,7 +340,7 @@ func TestHealthFollowsReplication(t *testing.T) {
 	p.SetTarget("127.0.0.1:1")
 	p.CloseConns()
 	t.Logf("NOT_SERVING %v after the database went away", w.await(healthpb.HealthCheckResponse_NOT_SERVING))
-	if _, err := s.users.GetUser(ctx, &usersv1.GetUserRequest{Id: 2_000_000}); rpcguard.FromGuard(err) || status.Code(err) != codes.Unavailable {
+	if _, err := s.users.GetUser(ctx, &usersv1.GetUserRequest{Id: 2_000_000}); status.Code(err) != codes.Unavailable {
 		t.Fatalf("GetUser(unknown) while NOT_SERVING = %v, want the database's Unavailable, not the guard's answer", err)
 	}
 	insert(1_000_002) // while the replica cannot see the database
@@ -306,7 +350,7 @@ func TestHealthFollowsReplication(t *testing.T) {
 	if u, err := s.users.GetUser(ctx, &usersv1.GetUserRequest{Id: 1_000_002}); err != nil || u.GetName() != "other" {
 		t.Fatalf("GetUser of the row written while the replica was away, once SERVING: %v, %v", u, err)
 	}
-	if _, err := s.users.GetUser(ctx, &usersv1.GetUserRequest{Id: 2_000_000}); !rpcguard.FromGuard(err) {
-		t.Fatalf("GetUser(unknown) once SERVING = %v, want the guard's NotFound", err)
-	}
+	q = s.a.db.Lookups.Load()
+	_, err = s.users.GetUser(ctx, &usersv1.GetUserRequest{Id: 2_000_000})
+	s.guardNotFound(t, "GetUser(unknown) once SERVING", q, err)
 }

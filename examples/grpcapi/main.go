@@ -2,7 +2,10 @@
 // its own client: GetUser is guarded by cuckooguard's interceptor
 // (package rpcguard), so that ids the guard has never seen get NotFound
 // without a query, and the grpc.health.v1 status follows the guard's
-// readiness.
+// readiness. The guard's NotFound is the handler's own ("user not
+// found"), detail for detail, so that a client cannot tell which one
+// answered; serve -guard-detail adds the guard's ErrorInfo instead
+// (rpcguard.FromGuard), which the client's get prints.
 //
 //	grpcapi serve                     # embedded SQLite (a fresh file), 127.0.0.1:50051, 100,000 users
 //	grpcapi serve -metrics 127.0.0.1:9464 -rows 1000000
@@ -89,7 +92,7 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `usage: grpcapi COMMAND [flags] [args]
 
   serve                 run the server (grpcapi serve -h for its flags)
-  get ID                print the user, or NotFound and whether the guard answered it
+  get ID                print the user, or NotFound (and, with serve -guard-detail, whether the guard answered it)
   create [-id ID] NAME  create a user (without -id, the database generates the id)
   delete ID             delete a user
   health                print the grpc.health.v1 status (-wait D: until SERVING)
@@ -107,6 +110,7 @@ func serveCmd(args []string) error {
 	dsn := fs.String("dsn", "", "postgres:// URL, or a SQLite file path (default: a fresh file in a temp dir, removed on exit)")
 	rows := fs.Int64("rows", 100_000, "users to seed, ids 1..rows")
 	noGuard := fs.Bool("noguard", false, "no guard: every GetUser asks the database (the load test's baseline)")
+	guardDetail := fs.Bool("guard-detail", false, "the guard's NotFound carries an ErrorInfo that tells the client the guard answered (default: the handler's own NotFound, detail for detail)")
 	heartbeat := fs.Duration("heartbeat", 0, "how often the follower checks its stream through the database (PostgreSQL; default "+postgres.DefaultHeartbeat.String()+")")
 	drain := fs.Duration("drain", 0, "on SIGTERM, how long to keep serving with the health status NOT_SERVING before closing the listener")
 	if err := fs.Parse(args); err != nil {
@@ -119,7 +123,7 @@ func serveCmd(args []string) error {
 		return fmt.Errorf("-rows %d, -drain %v and -heartbeat %v must not be negative", *rows, *drain, *heartbeat)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	cfg := config{DSN: *dsn, Rows: *rows, NoGuard: *noGuard, Heartbeat: *heartbeat}
+	cfg := config{DSN: *dsn, Rows: *rows, NoGuard: *noGuard, GuardDetail: *guardDetail, Heartbeat: *heartbeat}
 	if cfg.DSN == "" {
 		// A database of this instance's own, removed on exit.
 		dir, err := os.MkdirTemp("", "cuckooguard-grpcapi-*")
