@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -328,7 +329,12 @@ func (f *Follower[K]) Run(ctx context.Context) error {
 				slog.String("reason", string(reason)), slog.Any("error", err))
 			return err
 		}
-		d := b.next()
+		var d time.Duration
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			d = b.refused()
+		} else {
+			d = b.next()
+		}
 		f.retryDelay.Store(int64(d))
 		if reason != logged {
 			logged = reason

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"os"
 	"runtime"
 	"strings"
@@ -241,4 +243,37 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestRefusedConnectionRetriesSoon: while the server refuses connections
+// (down: restarting, being restored), the follower retries after its
+// first delay each time rather than doubling it, so that it looks soon
+// after the server's return; a restored database is recognised only if
+// it looks before the restored history's new WAL passes its position
+// (TestRestoredDatabase, where doubled waits reached 2 s in a CI run).
+func TestRefusedConnectionRetriesSoon(t *testing.T) {
+	dsn := setupUsers(t, 10)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close() // nothing listens there: connections are refused
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = closed
+	first := 20 * time.Millisecond // startNode's WithBackoff
+	a := startNode(t, dsn, "users", "id", "A", parseInt64, nodeConf{followDSN: u.String(), noWait: true})
+	for deadline := time.Now().Add(30 * time.Second); a.follower.Stats().Failures < 12; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("12 refused connections never came: %+v", a.follower.Stats())
+		}
+	}
+	st := a.follower.Stats()
+	t.Logf("after %d refused connections: the last wait %v (%v)", st.Failures, st.RetryDelay, st.LastError)
+	if st.RetryDelay > first || st.FailuresByReason[ReasonConnect] < 12 {
+		t.Fatalf("wait %v after %d refused connections (%v), want at most the first delay %v", st.RetryDelay, st.Failures, st.FailuresByReason, first)
+	}
 }
