@@ -52,9 +52,16 @@ func (a *applier[K]) commit(t *txn) error {
 		if own[k] > 0 {
 			own[k]--
 			f.skipped.Add(1)
+			if f.cancelHeld(k) {
+				// The Loader added this creation's copy; the held
+				// deletion it cancels takes one copy now.
+				if err := a.apply(k, true); err != nil {
+					return err
+				}
+			}
 			continue
 		}
-		if err := a.apply(k, false); err != nil {
+		if err := a.create(k); err != nil {
 			return err
 		}
 	}
@@ -66,6 +73,10 @@ func (a *applier[K]) commit(t *txn) error {
 				return err
 			}
 			p.keys = append(p.keys, k)
+			if f.heldKeys == nil {
+				f.heldKeys, f.cancelled = map[K]int{}, map[K]int{}
+			}
+			f.heldKeys[k]++
 		}
 		f.held = append(f.held, p)
 		if err := a.releaseLast(); err != nil {
@@ -110,10 +121,8 @@ func (a *applier[K]) release() error {
 			kept = append(kept, p)
 			continue
 		}
-		for _, k := range p.keys {
-			if err := a.apply(k, true); err != nil {
-				return err
-			}
+		if err := a.applyHeld(p); err != nil {
+			return err
 		}
 	}
 	clear(f.held[len(kept):])
@@ -129,7 +138,7 @@ func (a *applier[K]) spill(_ int, creates []string) error {
 		if err != nil {
 			return err
 		}
-		if err := a.apply(k, false); err != nil {
+		if err := a.create(k); err != nil {
 			return err
 		}
 	}
@@ -177,13 +186,62 @@ func (a *applier[K]) releaseLast() error {
 	if a.released == nil || !a.released.snap.VisibleXid(f.held[len(f.held)-1].xid) {
 		return nil
 	}
-	for _, k := range f.held[len(f.held)-1].keys {
+	if err := a.applyHeld(f.held[len(f.held)-1]); err != nil {
+		return err
+	}
+	f.held[len(f.held)-1] = heldDeletes[K]{}
+	f.held = f.held[:len(f.held)-1]
+	return nil
+}
+
+// create applies the creation of k: it cancels a held deletion of k if
+// there is one, and adds a copy otherwise. A key deleted and created
+// again within a heartbeat would otherwise gather copies, one per
+// creation, while its deletions wait; past guard.MaxCopies the guard
+// takes no more (a unique key never needs them), and the held deletions,
+// applied later, would then take the last copy of a live key. Cancelling
+// is safe because a unique key's creation commits only after the
+// transaction that deleted it is visible (the insert waits for it in the
+// index), so the deletion it cancels was due anyway.
+func (a *applier[K]) create(k K) error {
+	if a.f.cancelHeld(k) {
+		a.f.applied.Add(1)
+		a.f.lastApplied.Store(a.now.UnixNano())
+		return nil
+	}
+	return a.apply(k, false)
+}
+
+// cancelHeld cancels one held deletion of k, if there is one: the next
+// held deletion of k that is released removes nothing.
+func (f *Follower[K]) cancelHeld(k K) bool {
+	if f.heldKeys[k] == 0 {
+		return false
+	}
+	if f.heldKeys[k]--; f.heldKeys[k] == 0 {
+		delete(f.heldKeys, k)
+	}
+	f.cancelled[k]++
+	return true
+}
+
+// applyHeld applies the held deletions of p, less those cancelled.
+func (a *applier[K]) applyHeld(p heldDeletes[K]) error {
+	f := a.f
+	for _, k := range p.keys {
+		if f.cancelled[k] > 0 {
+			if f.cancelled[k]--; f.cancelled[k] == 0 {
+				delete(f.cancelled, k)
+			}
+			continue
+		}
+		if f.heldKeys[k]--; f.heldKeys[k] <= 0 {
+			delete(f.heldKeys, k)
+		}
 		if err := a.apply(k, true); err != nil {
 			return err
 		}
 	}
-	f.held[len(f.held)-1] = heldDeletes[K]{}
-	f.held = f.held[:len(f.held)-1]
 	return nil
 }
 
@@ -194,4 +252,6 @@ func (a *applier[K]) releaseLast() error {
 func (f *Follower[K]) dropHeld() {
 	clear(f.held)
 	f.held = f.held[:0]
+	clear(f.heldKeys)
+	clear(f.cancelled)
 }

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -63,13 +64,38 @@ func TestChurnWrong404(t *testing.T) {
 				id := func() string { k := next.Add(1); return fmt.Sprintf("%d.%d0", k/10, k%10) }
 				var q string
 				var args []any
-				switch r.IntN(5) {
+				switch r.IntN(6) {
 				case 0, 1:
 					q, args = `INSERT INTO single VALUES ($1, 'w')`, []any{id()}
 				case 2:
 					q = `DELETE FROM single WHERE ctid = (SELECT ctid FROM single TABLESAMPLE SYSTEM (5) LIMIT 1)`
 				case 3:
 					q, args = `UPDATE single SET id = $1 WHERE ctid = (SELECT ctid FROM single TABLESAMPLE SYSTEM (5) LIMIT 1)`, []any{id()}
+				case 4:
+					// The same key deleted and created again, several times
+					// within a heartbeat: its deletions are held meanwhile.
+					var k string
+					err := wc.QueryRow(ctx, `DELETE FROM single WHERE ctid = (SELECT ctid FROM single TABLESAMPLE SYSTEM (5) LIMIT 1) RETURNING id::text`).Scan(&k)
+					if errors.Is(err, pgx.ErrNoRows) {
+						continue
+					}
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					// (Another writer's sampled delete may take the row and
+					// its next round insert the key: a duplicate ends the
+					// round.)
+					for range 5 {
+						if _, err := wc.Exec(ctx, `INSERT INTO single VALUES ($1, 'again')`, k); err != nil {
+							break
+						}
+						if _, err := wc.Exec(ctx, `DELETE FROM single WHERE id = $1`, k); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+					q, args = `INSERT INTO single VALUES ($1, 'again') ON CONFLICT DO NOTHING`, []any{k}
 				default:
 					q = `UPDATE single SET name = name || '.' WHERE ctid = (SELECT ctid FROM single TABLESAMPLE SYSTEM (5) LIMIT 1)`
 				}

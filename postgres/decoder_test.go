@@ -3,6 +3,7 @@ package postgres
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -230,6 +231,55 @@ func sessionSeeing(snap Snapshot) *session {
 	var probe atomic.Pointer[walsender]
 	probe.Store(&walsender{snap: snap})
 	return &session{walsender: &probe}
+}
+
+// TestApplierRecreatedKeyCancelsHeldDeletion: a key deleted and created
+// again and again while the deletions wait for a heartbeat (by other
+// writers, and by this process's own tagged inserts, whose copies the
+// Loader added) keeps one copy, not one per creation: the guard takes at
+// most guard.MaxCopies, and the held deletions, applied later, would take
+// the last copy of a live key (a wrong 404).
+func TestApplierRecreatedKeyCancelsHeldDeletion(t *testing.T) {
+	for _, own := range []bool{false, true} {
+		t.Run(fmt.Sprintf("own=%v", own), func(t *testing.T) {
+			a, l := applierFixture(t, "A 1")
+			l.MarkReady()
+			if err := a.f.feed.Apply(guarded.Change[int64]{Key: 1}); err != nil { // read by the session's read
+				t.Fatal(err)
+			}
+			a.s = sessionSeeing(Snapshot{Xmin: 5, Xmax: 5}) // every xid from 5 on in progress
+			a.released = a.s.walsender.Load()
+			d := newDecoder(users("public"))
+			feed(t, d, a, relationMsg(7, "public", "users", "name", "id"))
+			xid := uint32(5)
+			for i := range 10 {
+				feed(t, d, a, begin(xid), deleteMsg(7, "1"), commit(uint64(0x100+2*i)))
+				xid++
+				if own {
+					// Loader.Insert adds its copy before it writes; the
+					// stream then brings the tagged insert.
+					if err := a.f.feed.Apply(guarded.Change[int64]{Key: 1}); err != nil {
+						t.Fatal(err)
+					}
+					feed(t, d, a, begin(xid), messageMsg(originPrefix, appendField(appendField(nil, "A 1"), "1")), insertMsg(7, "1"), commit(uint64(0x101+2*i)))
+				} else {
+					feed(t, d, a, begin(xid), insertMsg(7, "1"), commit(uint64(0x101+2*i)))
+				}
+				xid++
+			}
+			if !l.MayContain(1) {
+				t.Fatal("key 1 reads absent while its deletions are held")
+			}
+			later := &applier[int64]{f: a.f, now: time.Now(), s: sessionSeeing(Snapshot{Xmin: 100, Xmax: 100})}
+			if err := later.release(); err != nil {
+				t.Fatal(err)
+			}
+			if !l.MayContain(1) || l.Guard().Len() != 1 || len(a.f.held) != 0 || len(a.f.heldKeys) != 0 || len(a.f.cancelled) != 0 {
+				t.Fatalf("after 10 deletions and creations of key 1, all visible: present %v, %d copies, %d held, %v %v; want present, 1 copy, none held",
+					l.MayContain(1), l.Guard().Len(), len(a.f.held), a.f.heldKeys, a.f.cancelled)
+			}
+		})
+	}
 }
 
 // TestApplierHoldsDeletionsUntilVisible: a transaction's deletions wait

@@ -113,6 +113,8 @@ type Follower[K comparable] struct {
 	pos          position         // logical decoding: what the guard reflects
 	pending      ReadReason       // why the next session must read the whole table; "" if it may resume (see decide)
 	held         []heldDeletes[K] // deletions applied to the position but not yet to the guard: their transactions are not known visible (apply.go)
+	heldKeys     map[K]int        // of held's deletions, how many of each key are still to be applied
+	cancelled    map[K]int        // of held's deletions, how many of each key a later creation cancelled (apply.go's create)
 	degradedSaid bool             // the refusal to save a degraded guard was logged
 	lastStream   uint32           // the walsender of the last session's stream
 	noteSaid     bool             // a failure to note the slot in cuckooguard_slots was logged

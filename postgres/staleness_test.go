@@ -20,8 +20,10 @@ import (
 // replica.
 func TestStalenessWithDefaults(t *testing.T) {
 	var p *tcpproxy.Proxy
-	r := startFaultRun(t, 10_000, DefaultHeartbeat, &p)
-	r.bound = 300 * time.Millisecond
+	r := startFaultRun(t, 10_000, DefaultHeartbeat, &p) // bound: 3 heartbeats, 300 ms (set before its checkers start: set after, it raced them)
+	if r.bound != 300*time.Millisecond {
+		t.Fatalf("bound %v, want 300ms", r.bound)
+	}
 	admin, err := pgx.Connect(context.Background(), r.dsn)
 	if err != nil {
 		t.Fatal(err)
