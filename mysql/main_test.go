@@ -1,7 +1,10 @@
 package mysql
 
 import (
+	"fmt"
 	"os"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,4 +64,20 @@ func TestServer(t *testing.T) {
 	if got[0] != "1" || got[1] != "ROW" || got[2] != "FULL" || got[3] != "utf8mb4_general_ci" {
 		t.Fatalf("got log_bin %s, binlog_format %s, binlog_row_image %s, collation %s; want 1, ROW, FULL, utf8mb4_general_ci", got[0], got[1], got[2], got[3])
 	}
+}
+
+var tableSeq atomic.Int64
+
+// tableName returns a table name of the test's own, in the DSN's database.
+func tableName(t testing.TB) string {
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '_'
+	}, strings.ToLower(t.Name()))
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	return fmt.Sprintf("cg_%s_%d_%d", name, time.Now().UnixNano()%1e6, tableSeq.Add(1))
 }
