@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/cuckooguard/cuckooguard/guard"
 	"github.com/cuckooguard/cuckooguard/guarded"
@@ -173,4 +174,11 @@ func insertRange(t testing.TB, c *client.Conn, table string, from, to int) {
 		exec(t, c, b.String())
 	}
 	exec(t, c, "COMMIT")
+}
+
+// isServerErr reports whether err is the server's answer (an error
+// packet), not a broken connection.
+func isServerErr(err error) bool {
+	var me *gomysql.MyError
+	return errors.As(err, &me)
 }

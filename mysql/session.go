@@ -146,7 +146,7 @@ func (f *Follower[K]) follow(ctx context.Context, following *time.Time) error {
 	if err != nil {
 		return streamError(err, at, f.serverID)
 	}
-	s := &session[K]{f: f, col: col, hbOrdinal: hbOrdinal, token: newToken(), following: following}
+	s := &session[K]{f: f, at: at, col: col, hbOrdinal: hbOrdinal, token: newToken(), following: following}
 	return s.run(ctx, stream, hb, stmt)
 }
 
@@ -341,6 +341,7 @@ func streamError(err error, at gomysql.Position, id uint32) error {
 // session is one stream's worth of following.
 type session[K comparable] struct {
 	f         *Follower[K]
+	at        gomysql.Position // where the stream started
 	col       column
 	hbOrdinal int
 	token     string
@@ -420,7 +421,7 @@ func (s *session[K]) run(ctx context.Context, stream *replication.BinlogStreamer
 			return context.Cause(loop)
 		case errors.Is(err, context.DeadlineExceeded):
 		case err != nil:
-			return streamError(err, gomysql.Position{}, f.serverID)
+			return streamError(err, s.at, f.serverID)
 		default:
 			s.last = now
 			if err := s.event(ev, now); err != nil {
