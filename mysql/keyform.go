@@ -195,7 +195,7 @@ func formOf(c column, load func(collation string) (*weights, error)) (*keyForm, 
 		}
 		w, err := load(c.collation)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w (column %s)", err, c.name)
 		}
 		k.w = w
 	default:

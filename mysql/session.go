@@ -239,7 +239,7 @@ var validFile = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 // checkServer returns an error wrapping ErrSetup, saying what to change,
 // if the server's binlog cannot show the table's changes.
 func checkServer(c *client.Conn) error {
-	r, err := c.Execute("SELECT @@log_bin, @@binlog_format, @@binlog_row_image")
+	r, err := c.Execute("SELECT @@GLOBAL.log_bin, @@GLOBAL.binlog_format, @@GLOBAL.binlog_row_image")
 	if err != nil {
 		return fmt.Errorf("mysql: read the server's binlog settings: %w", err)
 	}
@@ -317,7 +317,7 @@ func privilege(err error) error {
 	case gomysql.ER_ACCESS_DENIED_ERROR:
 		return fmt.Errorf("%w: %v (a wrong user or password; for the binlog stream, also a user without REPLICATION SLAVE)", ErrSetup, err)
 	case gomysql.ER_TABLEACCESS_DENIED_ERROR, gomysql.ER_COLUMNACCESS_DENIED_ERROR, gomysql.ER_DBACCESS_DENIED_ERROR, gomysql.ER_SPECIFIC_ACCESS_DENIED_ERROR:
-		return fmt.Errorf("%w: %v (the follower's user needs SELECT on the table, and CREATE, INSERT and UPDATE on the heartbeat table)", ErrSetup, err)
+		return fmt.Errorf("%w: %v (GRANT SELECT ON the table, and CREATE, INSERT and UPDATE ON the heartbeat table, TO the follower's user)", ErrSetup, err)
 	}
 	return err
 }
