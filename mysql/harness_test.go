@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -181,4 +182,18 @@ func insertRange(t testing.TB, c *client.Conn, table string, from, to int) {
 func isServerErr(err error) bool {
 	var me *gomysql.MyError
 	return errors.As(err, &me)
+}
+
+// splitAddr splits host:port.
+func splitAddr(t *testing.T, addr string) (string, uint16) {
+	t.Helper()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return host, uint16(p)
 }

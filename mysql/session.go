@@ -34,16 +34,33 @@ var afterRead func()
 var errResync = errors.New("mysql: the Loader asked for a fresh guard")
 
 // dial opens a connection whose reads and writes fail at once when ctx
-// ends. close closes it; call it once, after every use has returned.
+// ends. Its handshake must be done within the heartbeat deadline: a
+// server (or a route) that accepts and then says nothing would hold the
+// session, and Run, for good. closeConn closes it; call it once, after
+// every use has returned.
 func (f *Follower[K]) dial(ctx context.Context) (c *client.Conn, closeConn func(), err error) {
-	c, err = client.ConnectWithContext(ctx, f.srv.addr(), f.srv.user, f.srv.password, f.srv.db, f.deadline)
+	c, err = client.ConnectWithDialer(ctx, "tcp", f.srv.addr(), f.srv.user, f.srv.password, f.srv.db, f.dialer())
 	if err != nil {
 		return nil, nil, fmt.Errorf("mysql: connect to %s as %s: %w", f.srv.addr(), f.srv.user, privilege(err))
 	}
+	_ = c.SetDeadline(time.Time{})
 	// A deadline, not Close: Close writes to the connection, which may be
 	// in use by another goroutine.
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
 	return c, func() { stop(); c.Close() }, nil
+}
+
+// dialer returns a dialer whose connections must be done with what they
+// are doing within the heartbeat deadline, until their user clears it.
+func (f *Follower[K]) dialer() client.Dialer {
+	d := &net.Dialer{Timeout: f.deadline}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := d.DialContext(ctx, network, addr)
+		if err == nil {
+			_ = nc.SetDeadline(time.Now().Add(f.deadline))
+		}
+		return nc, err
+	}
 }
 
 // session connects, reads the table in a consistent snapshot, streams the
@@ -134,17 +151,29 @@ func (f *Follower[K]) follow(ctx context.Context, following *time.Time) error {
 	if afterRead != nil {
 		afterRead()
 	}
-	dialer := &net.Dialer{Timeout: f.deadline}
+	// The stream's connection has the deadline of its handshake and
+	// registration until StartSync returns, then none: the stream is idle
+	// while the table is, and its heartbeats tell dead from idle.
+	var streamConn net.Conn
+	dial := f.dialer()
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
 		ServerID: f.serverID, Flavor: gomysql.MariaDBFlavor,
 		Host: f.srv.host, Port: f.srv.port, User: f.srv.user, Password: f.srv.password,
 		DisableRetrySync: true, // a lost stream ends the session: the next one reads the table
-		Logger:           quiet, Dialer: dialer.DialContext,
+		Logger:           quiet,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nc, err := dial(ctx, network, addr)
+			streamConn = nc // StartSync dials on this goroutine
+			return nc, err
+		},
 	})
 	defer syncer.Close()
 	stream, err := syncer.StartSync(at)
 	if err != nil {
 		return streamError(err, at, f.serverID)
+	}
+	if streamConn != nil {
+		_ = streamConn.SetDeadline(time.Time{})
 	}
 	s := &session[K]{f: f, at: at, col: col, hbOrdinal: hbOrdinal, token: newToken(), following: following}
 	return s.run(ctx, stream, hb, stmt)
