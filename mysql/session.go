@@ -320,12 +320,17 @@ func (f *Follower[K]) useForm(read *client.Conn, col column) error {
 }
 
 // heartbeatTable creates the heartbeat table if missing and returns the
-// position of its beat column.
+// position of its beat column. It writes no DDL when the table exists:
+// every follower's stream carries the statement, and one whose table's
+// name is in its text would read its table again.
 func (f *Follower[K]) heartbeatTable(c *client.Conn) (int, error) {
-	if _, err := c.Execute("CREATE TABLE IF NOT EXISTS `" + f.hbTable + "` (id INT UNSIGNED NOT NULL PRIMARY KEY, beat VARCHAR(100) NOT NULL) ENGINE=InnoDB"); err != nil {
-		return 0, fmt.Errorf("mysql: create the heartbeat table %s: %w", f.hbTable, privilege(err))
-	}
 	col, err := describe(c, f.srv.db, f.hbTable, "beat")
+	if errors.Is(err, ErrSetup) {
+		if _, err := c.Execute("CREATE TABLE IF NOT EXISTS `" + f.hbTable + "` (id INT UNSIGNED NOT NULL PRIMARY KEY, beat VARCHAR(100) NOT NULL) ENGINE=InnoDB"); err != nil {
+			return 0, fmt.Errorf("mysql: create the heartbeat table %s: %w", f.hbTable, privilege(err))
+		}
+		col, err = describe(c, f.srv.db, f.hbTable, "beat")
+	}
 	if err != nil {
 		return 0, err
 	}
