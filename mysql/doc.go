@@ -43,6 +43,19 @@
 // than 2^20 keys; and the Loader's request for a fresh guard. Every
 // session reads the table: there is no resume from a saved position yet.
 //
+// # This process's own writes
+//
+// A Loader's Insert adds its key before the write, as always; the
+// binlog then carries the insert and the Follower adds the key again:
+// there is no tag yet (the postgres package's Follower.Tag) to skip it.
+// So each row written through Loader.Insert holds two copies, and after
+// its delete one is left: a false positive, never a false negative. A
+// key inserted and deleted many times fills its buckets; the shard then
+// passes its lookups through and the Loader asks for a fresh guard
+// ([guarded.Feed.Requests]), which the Follower answers with a read of
+// the table. Deletes, this process's own included, are applied from the
+// binlog only.
+//
 // # What the binlog cannot show
 //
 //   - A key changed by ON UPDATE CASCADE (or ON DELETE CASCADE, SET NULL):
