@@ -49,12 +49,11 @@
 // binlog then carries the insert and the Follower adds the key again:
 // there is no tag yet (the postgres package's Follower.Tag) to skip it.
 // So each row written through Loader.Insert holds two copies, and after
-// its delete one is left: a false positive, never a false negative. A
-// key inserted and deleted many times fills its buckets; the shard then
-// passes its lookups through and the Loader asks for a fresh guard
-// ([guarded.Feed.Requests]), which the Follower answers with a read of
-// the table. Deletes, this process's own included, are applied from the
-// binlog only.
+// its delete one is left: a false positive, never a false negative, until
+// the next read of the table. Copies of a key are capped
+// (guard.MaxCopies); a key inserted and deleted many times stays at the
+// cap, which costs nothing more. Deletes, this process's own included,
+// are applied from the binlog only.
 //
 // # What the binlog cannot show
 //
