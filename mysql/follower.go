@@ -100,12 +100,13 @@ var validName = regexp.MustCompile(`^[A-Za-z0-9_$]+$`)
 // Follower opens three connections of its own: the table's read, its
 // heartbeats, and the binlog stream.
 //
-// parse gets each key in its one text for the column ([keyForm]: the
-// decimal text of an integer, a DECIMAL without trailing zeros, a text
-// in the first character of each weight of a _ci collation, without
-// trailing spaces under PAD SPACE); the Loader looks keys up in that
-// form too (see [guarded.Feed.SetKeyRule]). NewFollower checks its
-// arguments only; the server and the column are checked by Run.
+// parse gets each key in its one text for the column (the package doc's
+// "Key equality": the decimal text of an integer, a DECIMAL without
+// trailing zeros, a text in the lowest character of each weight of a
+// _general_ci collation, without trailing spaces under PAD SPACE); the
+// Loader looks keys up in that form too ([guarded.Feed.SetKeyRule]), so
+// a lookup in any text the server reads as the key finds it. NewFollower
+// checks its arguments only; Run checks the server and the column.
 func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, parse func(string) (K, error), opts ...Option) (*Follower[K], error) {
 	c := config{backoff: DefaultBackoff, heartbeat: DefaultHeartbeat, logger: discardLogger, heartbeatTable: DefaultHeartbeatTable}
 	if err := options.Apply("mysql: NewFollower", &c, opts); err != nil {
