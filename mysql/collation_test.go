@@ -12,9 +12,7 @@ import (
 // of the read and of the stream alike.
 func TestFollowerCollation(t *testing.T) {
 	srv := testDSN(t)
-	table := tableName(t)
-	c := connect(t, srv)
-	exec(t, c, "CREATE TABLE `"+table+"` (k VARCHAR(64) NOT NULL PRIMARY KEY) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci")
+	table, c := newTable(t, srv, "k VARCHAR(64) NOT NULL PRIMARY KEY", "DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci")
 	rnd := rand.New(rand.NewPCG(11, 12))
 	insert := func(words []string) {
 		for _, w := range words {

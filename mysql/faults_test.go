@@ -79,9 +79,7 @@ func ident(id int64) int64 { return id }
 // lost.
 func TestModelWriters(t *testing.T) {
 	srv := testDSN(t)
-	table := tableName(t)
-	c := connect(t, srv)
-	exec(t, c, "CREATE TABLE `"+table+"` (id BIGINT NOT NULL PRIMARY KEY, v INT) ENGINE=InnoDB")
+	table, c := newTable(t, srv, "id BIGINT NOT NULL PRIMARY KEY, v INT", "")
 	const space = 20000
 	insertRange(t, c, table, 0, space/4)
 	w := startWriters(t, srv, table, 4, space)
@@ -233,13 +231,7 @@ func TestFaults(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			table := tableName(t)
-			c := connect(t, srv)
-			exec(t, c, "CREATE TABLE `"+table+"` (id BIGINT NOT NULL PRIMARY KEY, v INT) ENGINE=InnoDB")
-			t.Cleanup(func() {
-				c := connect(t, srv)
-				exec(t, c, "DROP TABLE IF EXISTS `"+table+"`", "DROP TABLE IF EXISTS `"+table+"_old`")
-			})
+			table, c := newTable(t, srv, "id BIGINT NOT NULL PRIMARY KEY, v INT", "")
 			const space = 10000
 			insertRange(t, c, table, 0, space/4)
 			if tc.setup != nil {

@@ -10,9 +10,7 @@ import (
 // updates that another connection commits.
 func TestFollowerFollows(t *testing.T) {
 	srv := testDSN(t)
-	table := tableName(t)
-	c := connect(t, srv)
-	exec(t, c, "CREATE TABLE `"+table+"` (id BIGINT NOT NULL PRIMARY KEY, v INT) ENGINE=InnoDB")
+	table, c := newTable(t, srv, "id BIGINT NOT NULL PRIMARY KEY, v INT", "")
 	insertRange(t, c, table, 0, 1000)
 	n := startNode(t, srv, table, "id", parseInt64)
 	took := n.waitCurrent(t)
@@ -55,9 +53,7 @@ func TestFollowerFollows(t *testing.T) {
 // keys still read present: a false positive each, never a wrong 404.
 func TestOwnInserts(t *testing.T) {
 	srv := testDSN(t)
-	table := tableName(t)
-	c := connect(t, srv)
-	exec(t, c, "CREATE TABLE `"+table+"` (id BIGINT NOT NULL PRIMARY KEY) ENGINE=InnoDB")
+	table, c := newTable(t, srv, "id BIGINT NOT NULL PRIMARY KEY", "")
 	n := startNode(t, srv, table, "id", parseInt64)
 	n.waitCurrent(t)
 	w := connect(t, srv)

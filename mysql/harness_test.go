@@ -148,6 +148,21 @@ func parseInt64(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }
 // parseString is the parse function of a text key.
 func parseString(s string) (string, error) { return s, nil }
 
+// newTable creates a table of the test's own with columns (SQL, such as
+// "id BIGINT NOT NULL PRIMARY KEY") and options (after ENGINE=InnoDB), and
+// returns its name and a connection; the table (and a rename's _old
+// copy) is dropped when the test ends, after its followers stop.
+func newTable(t *testing.T, srv server, columns, options string) (string, *client.Conn) {
+	t.Helper()
+	table := tableName(t)
+	c := connect(t, srv)
+	exec(t, c, "CREATE TABLE `"+table+"` ("+columns+") ENGINE=InnoDB "+options)
+	t.Cleanup(func() {
+		exec(t, connect(t, srv), "DROP TABLE IF EXISTS `"+table+"`", "DROP TABLE IF EXISTS `"+table+"_old`")
+	})
+	return table, c
+}
+
 // exec runs each statement on c, failing the test on an error.
 func exec(t testing.TB, c *client.Conn, stmts ...string) {
 	t.Helper()

@@ -34,9 +34,7 @@ func TestKeyTypes(t *testing.T) {
 			[]string{"ZOE", "zoë  ", "  A", "a"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			table := tableName(t)
-			c := connect(t, srv)
-			exec(t, c, "CREATE TABLE `"+table+"` (k "+tc.typ+" NOT NULL PRIMARY KEY, v INT) ENGINE=InnoDB")
+			table, c := newTable(t, srv, "k "+tc.typ+" NOT NULL PRIMARY KEY, v INT", "")
 			half := len(tc.values) / 2
 			for _, v := range tc.values[:half] {
 				exec(t, c, fmt.Sprintf("INSERT INTO `%s` (k) VALUES (%s)", table, v))

@@ -15,9 +15,7 @@ import (
 // key inserted during the stall.
 func TestFollowerStall(t *testing.T) {
 	srv := testDSN(t)
-	table := tableName(t)
-	c := connect(t, srv)
-	exec(t, c, "CREATE TABLE `"+table+"` (id BIGINT NOT NULL PRIMARY KEY) ENGINE=InnoDB")
+	table, c := newTable(t, srv, "id BIGINT NOT NULL PRIMARY KEY", "")
 	insertRange(t, c, table, 0, 100)
 	p, err := tcpproxy.Start(srv.addr())
 	if err != nil {

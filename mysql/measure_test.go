@@ -18,9 +18,7 @@ func TestMeasureLag(t *testing.T) {
 		t.Skip("set CUCKOOGUARD_MEASURE=1 to measure")
 	}
 	srv := testDSN(t)
-	table := tableName(t)
-	c := connect(t, srv)
-	exec(t, c, "CREATE TABLE `"+table+"` (id BIGINT NOT NULL PRIMARY KEY, v INT) ENGINE=InnoDB")
+	table, c := newTable(t, srv, "id BIGINT NOT NULL PRIMARY KEY, v INT", "")
 	w := startWriters(t, srv, table, 2, 1_000_000)
 	n := startNode(t, srv, table, "id", parseInt64)
 	n.waitCurrent(t)
