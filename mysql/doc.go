@@ -11,9 +11,20 @@
 // streams the binlog from there (github.com/go-mysql-org/go-mysql, as a
 // replica with a server id of its own, [WithServerID]) and applies each
 // transaction at its commit (its XID event): the inserts of the key
-// column, then its deletes; an update that changes the key removes the
-// old key and adds the new one. Nothing of a transaction is applied
-// before its commit.
+// column at once, its deletes once the server has made the transaction
+// visible; an update that changes the key removes the old key and adds
+// the new one. Nothing of a transaction is applied before its commit.
+//
+// The server writes a transaction to the binlog, and its readers may have
+// it, before the engine commits it and other sessions see it (under
+// semi-synchronous replication with AFTER_SYNC, for as long as a replica
+// takes to acknowledge it). A delete applied then would make its key read
+// absent while queries still find the row. So a delete waits until a
+// heartbeat that the binlog carries after it has been written (its
+// statement returned): the engine commits in binlog order
+// (binlog_order_commits, on by default), so the delete is visible then. A
+// deleted key reads present for about a heartbeat longer: a false
+// positive. A key created again while its delete waits keeps its copy.
 //
 // # Liveness
 //

@@ -172,7 +172,7 @@ func (f *Follower[K]) follow(ctx context.Context, following *time.Time) error {
 	if streamConn != nil {
 		_ = streamConn.SetDeadline(time.Time{})
 	}
-	s := &session[K]{f: f, at: at, col: col, hbOrdinal: hbOrdinal, token: newToken(), following: following}
+	s := &session[K]{f: f, at: at, col: col, pending: make(map[K]int), cancelled: make(map[K]int), hbOrdinal: hbOrdinal, token: newToken(), following: following}
 	return s.run(ctx, stream, hb, stmt)
 }
 

@@ -4,16 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
-
-	"github.com/cuckooguard/cuckooguard/guarded"
 )
 
 // session is one stream's worth of following.
@@ -28,6 +26,13 @@ type session[K comparable] struct {
 	creations, deletions []K
 	beats                []string // heartbeat payloads of the open transaction
 	overflow             bool     // the open transaction held more than maxTxKeys keys
+
+	// Deletions wait until the server has made them visible (visible.go).
+	held      []K           // deletions applied to no guard yet, in binlog order
+	pending   map[K]int     // of held, by key: those no creation has cancelled
+	cancelled map[K]int     // of held, by key: those a later creation cancelled
+	marks     []mark        // this session's markers and heartbeats back, after held[:upto]
+	acked     *atomic.Int64 // the seq of the last marker (0) or heartbeat whose write returned; -1: none
 
 	seq        int64
 	out        []beat // heartbeats sent and not back, oldest first
@@ -47,26 +52,32 @@ func (s *session[K]) run(ctx context.Context, stream *replication.BinlogStreamer
 		_, err := stmt.Execute(f.serverID, payload)
 		return err
 	}
+	s.acked = new(atomic.Int64)
+	s.acked.Store(-1)
 	s.markerSent = time.Now() // before: what commits before the marker committed before it
 	if err := send("S " + s.token); err != nil {
 		return fmt.Errorf("mysql: write the marker: %w", privilege(err))
 	}
+	s.acked.Store(0)
 	s.last, s.next = s.markerSent, s.markerSent.Add(f.heartbeat)
 	// The heartbeats go from a goroutine of their own: a write to a
 	// silent connection blocks until its deadline, and the stream must be
 	// watched meanwhile.
-	beats := make(chan string, 1)
+	beats := make(chan int64, 1) // the seq of the heartbeat to write
 	var senders sync.WaitGroup
 	senders.Go(func() {
 		for {
 			select {
 			case <-loop.Done():
 				return
-			case p := <-beats:
-				if err := send(p); err != nil {
+			case seq := <-beats:
+				if err := send(s.heartbeat(seq)); err != nil {
 					end(fmt.Errorf("mysql: write a heartbeat: %w", err))
 					return
 				}
+				// Returned: the server has made it visible, and with it
+				// every transaction before it in the binlog.
+				s.acked.Store(seq)
 			}
 		}
 	})
@@ -105,7 +116,7 @@ func (s *session[K]) run(ctx context.Context, stream *replication.BinlogStreamer
 // tick ends the session if nothing has arrived for the deadline while the
 // marker or a heartbeat is out, and hands the next heartbeat to the
 // sender when it is due.
-func (s *session[K]) tick(now time.Time, beats chan<- string) error {
+func (s *session[K]) tick(now time.Time, beats chan<- int64) error {
 	f := s.f
 	waiting := len(s.out) > 0 || State(f.state.Load()) == Resyncing
 	if waiting && now.Sub(s.last) > f.deadline {
@@ -113,7 +124,7 @@ func (s *session[K]) tick(now time.Time, beats chan<- string) error {
 	}
 	if !now.Before(s.next) {
 		select {
-		case beats <- "H " + s.token + "-" + strconv.FormatInt(s.seq+1, 10):
+		case beats <- s.seq + 1:
 			s.seq++
 			s.out = append(s.out, beat{seq: s.seq, sent: now})
 			f.beats.Add(1)
@@ -121,7 +132,7 @@ func (s *session[K]) tick(now time.Time, beats chan<- string) error {
 		}
 		s.next = now.Add(f.heartbeat)
 	}
-	return nil
+	return s.release()
 }
 
 // event handles one binlog event.
@@ -287,33 +298,36 @@ func (s *session[K]) heartbeatRows(t replication.EventType, e *replication.RowsE
 	return nil
 }
 
-// commit applies the open transaction: its creations, then its deletions
-// (a key created and deleted in it is never removed before it is added),
-// then its heartbeats.
+// commit applies the open transaction: its creations at once, its
+// deletions once the server has made them visible (after the creations,
+// so a key created and deleted in it is never removed before it is
+// added), and its heartbeats.
 func (s *session[K]) commit(now time.Time) error {
-	f := s.f
 	if s.overflow {
 		return fmt.Errorf("%w: more than %d keys", errBigTransaction, maxTxKeys)
 	}
+	// The creations first: a held deletion of one of their keys, an
+	// earlier transaction's, is cancelled by it; this transaction's own
+	// deletions are held after them.
 	for _, k := range s.creations {
-		if err := f.feed.Apply(guarded.Change[K]{Key: k}); err != nil {
-			return fmt.Errorf("mysql: apply: %w", err)
+		if err := s.create(k); err != nil {
+			return err
 		}
 	}
-	for _, k := range s.deletions {
-		if err := f.feed.Apply(guarded.Change[K]{Key: k, Deleted: true}); err != nil {
-			return fmt.Errorf("mysql: apply: %w", err)
-		}
+	if len(s.held)+len(s.deletions) > maxTxKeys {
+		return fmt.Errorf("%w: more than %d deletions wait to be visible", errBigTransaction, maxTxKeys)
 	}
-	f.applied.Add(int64(len(s.creations) + len(s.deletions)))
+	s.hold(s.deletions)
 	clear(s.creations)
 	clear(s.deletions)
 	s.creations, s.deletions = s.creations[:0], s.deletions[:0]
 	for _, p := range s.beats {
-		s.control(p, now)
+		if seq, ok := s.control(p, now); ok {
+			s.marks = append(s.marks, mark{seq: seq, upto: len(s.held)})
+		}
 	}
 	s.beats = s.beats[:0]
-	return nil
+	return s.release()
 }
 
 type rowsKind int
