@@ -21,8 +21,8 @@
 // takes to acknowledge it). A delete applied then would make its key read
 // absent while queries still find the row. So a delete waits until a
 // heartbeat that the binlog carries after it has been written (its
-// statement returned): the engine commits in binlog order
-// (binlog_order_commits, on by default), so the delete is visible then. A
+// statement returned): MariaDB commits in the engine in binlog order, so
+// the delete is visible then. A
 // deleted key reads present for about a heartbeat longer: a false
 // positive. A key created again while its delete waits keeps its copy.
 //

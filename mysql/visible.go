@@ -12,11 +12,12 @@ import (
 // AFTER_SYNC, only once a replica has acknowledged it). A deletion applied
 // when the binlog carries it would make its key read absent while every
 // query still finds the row. So a deletion waits until a heartbeat the
-// binlog carries after it has been written, its statement returned: the
-// engine commits transactions in binlog order (binlog_order_commits, on
-// by default), and a statement returns once its transaction is visible,
-// so every transaction before the heartbeat in the binlog is visible
-// then. Creations are applied at once (early: a false positive). The
+// binlog carries after it has been written, its statement returned:
+// MariaDB's group commit commits transactions in the engine in binlog
+// order (commit_ordered), and a statement returns once its transaction is
+// visible, so every transaction before the heartbeat in the binlog is
+// visible then. (MySQL does so only with binlog_order_commits on, its
+// default; MySQL is not supported yet, and would need that checked.) Creations are applied at once (early: a false positive). The
 // lease ([Follower.grant]) is about creations only: a held deletion is a
 // false positive for a heartbeat or so.
 //
