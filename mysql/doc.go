@@ -44,7 +44,9 @@
 // A session ends, the Loader passes every lookup through, and the next
 // session reads the table again, after: a lost connection or a server
 // restart; a heartbeat that does not come back within the deadline
-// ([WithHeartbeatDeadline]); a binlog position the server no longer has
+// ([WithHeartbeatDeadline]), which a transaction whose commit takes
+// longer than the deadline causes too (every heartbeat waits behind it);
+// a binlog position the server no longer has
 // (purged: error 1236 at the first read); a DDL statement or TRUNCATE
 // that names the table (ALTER, RENAME, DROP and CREATE, TRUNCATE: the
 // binlog carries them as text, and the table's layout may change); a

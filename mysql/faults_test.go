@@ -51,13 +51,14 @@ func (n *node[K]) waitRead(t *testing.T, reads int64, from time.Time) time.Durat
 }
 
 // absentRejected counts the ids in [0, space) the table does not hold and
-// the guard rejects.
+// the guard rejects, once the deletes before the call are applied.
 func (n *node[K]) absentRejected(t *testing.T, space int64, key func(int64) K) (absent, rejected int) {
 	t.Helper()
 	present := make(map[string]bool)
 	for _, k := range n.keys(t) {
 		present[k] = true
 	}
+	n.waitApplied(t)
 	for id := range space {
 		if present[fmt.Sprint(id)] {
 			continue
@@ -124,8 +125,13 @@ func TestFaults(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		reread bool // the fault must end in a new read of the table
-		setup  func(t *testing.T, table string)
-		do     func(t *testing.T, c *client.Conn, table string)
+		// mayRead: the fault may end in a new read, or not. A transaction
+		// whose commit takes longer than the heartbeat deadline holds
+		// back every heartbeat behind it: the session is given up, and
+		// the next one reads the table (correct, and costly).
+		mayRead bool
+		setup   func(t *testing.T, table string)
+		do      func(t *testing.T, c *client.Conn, table string)
 	}{
 		{name: "flush binary logs", reread: false, do: func(t *testing.T, c *client.Conn, table string) {
 			exec(t, c, "FLUSH BINARY LOGS")
@@ -220,7 +226,7 @@ func TestFaults(t *testing.T) {
 				"INSERT INTO `"+table+"` (id) VALUES (3000001)",
 				"SET SESSION binlog_format = 'ROW'")
 		}},
-		{name: "large transaction", reread: false, do: func(t *testing.T, c *client.Conn, table string) {
+		{name: "large transaction", mayRead: true, do: func(t *testing.T, c *client.Conn, table string) {
 			insertRange(t, c, table, 4000000, 4000000+100000)
 		}},
 		{name: "transaction over the cap", reread: true, setup: func(t *testing.T, table string) {
@@ -265,7 +271,7 @@ func TestFaults(t *testing.T) {
 			if wrong != 0 || checked == 0 {
 				t.Fatalf("%d wrong 404s of %d committed keys", wrong, checked)
 			}
-			if tc.do != nil && (st.FullReads > reads) != tc.reread {
+			if tc.do != nil && !tc.mayRead && (st.FullReads > reads) != tc.reread {
 				t.Fatalf("%d reads of the table, was %d: want a new read exactly where the fault needs one (%v)", st.FullReads, reads, tc.reread)
 			}
 			if tc.do == nil && (st.FullReads < 2 || !strings.Contains(fmt.Sprint(st.LastError), "cannot be read")) {

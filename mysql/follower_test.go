@@ -29,6 +29,7 @@ func TestFollowerFollows(t *testing.T) {
 	if wrong != 0 || checked != 1500 {
 		t.Fatalf("%d wrong 404s of %d keys, want 0 of 1500", wrong, checked)
 	}
+	n.waitApplied(t)
 	absent := 0
 	for id := range int64(600) {
 		if !n.loader.MayContain(id) {
@@ -74,7 +75,7 @@ func TestOwnInserts(t *testing.T) {
 		t.Fatalf("%d wrong 404s of %d keys, want 0 of 200", wrong, checked)
 	}
 	exec(t, c, "DELETE FROM `"+table+"`")
-	n.waitCurrent(t)
+	n.waitApplied(t)
 	present := 0
 	for id := range int64(200) {
 		if n.loader.MayContain(id) {

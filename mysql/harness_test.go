@@ -90,6 +90,16 @@ func (n *node[K]) waitCurrent(t *testing.T) time.Duration {
 	}
 }
 
+// waitApplied waits until n has applied every change committed before
+// the call, deletes included: a delete waits for a heartbeat written after
+// it to return (visible.go), and the heartbeat after that one is written
+// only once it has.
+func (n *node[K]) waitApplied(t *testing.T) {
+	t.Helper()
+	n.waitCurrent(t)
+	n.waitCurrent(t)
+}
+
 // keys returns the key column of every row, as the server gives it.
 func (n *node[K]) keys(t *testing.T) []string {
 	t.Helper()

@@ -91,6 +91,12 @@ func (s *session[K]) run(ctx context.Context, stream *replication.BinlogStreamer
 		if d := s.last.Add(f.deadline + time.Millisecond); d.Before(wake) {
 			wake = d
 		}
+		if d := time.Now().Add(time.Millisecond); len(s.marks) > 0 && d.Before(wake) {
+			// A heartbeat is back and its write has not returned yet
+			// (usually a matter of microseconds): look again soon, to
+			// release the deletes it covers (visible.go).
+			wake = d
+		}
 		wctx, cancel := context.WithDeadline(loop, wake)
 		ev, err := stream.GetEvent(wctx)
 		cancel()
