@@ -1,0 +1,119 @@
+// Package mysql keeps every process's guard in step with a MySQL or
+// MariaDB table, from the server's row-based binary log.
+//
+// A [Follower] per process applies the table's changes to its
+// guarded.Loader. Each session reads every key of the table inside
+// START TRANSACTION WITH CONSISTENT SNAPSHOT and takes the binlog position
+// from that same transaction (MariaDB's binlog_snapshot_file and
+// binlog_snapshot_position, and the GTID at it with BINLOG_GTID_POS), so
+// the read and the stream meet exactly: the read sees the transactions the
+// binlog holds before the position, the stream carries the others. It
+// streams the binlog from there (github.com/go-mysql-org/go-mysql, as a
+// replica with a server id of its own, [WithServerID]) and applies each
+// transaction at its commit (its XID event): the inserts of the key
+// column at once, its deletes once the server has made the transaction
+// visible; an update that changes the key removes the old key and adds
+// the new one. Nothing of a transaction is applied before its commit.
+//
+// The server writes a transaction to the binlog, and its readers may have
+// it, before the engine commits it and other sessions see it (under
+// semi-synchronous replication with AFTER_SYNC, for as long as a replica
+// takes to acknowledge it). A delete applied then would make its key read
+// absent while queries still find the row. So a delete waits until a
+// heartbeat that the binlog carries after it has been written (its
+// statement returned): MariaDB commits in the engine in binlog order, so
+// the delete is visible then. A
+// deleted key reads present for about a heartbeat longer: a false
+// positive. A key created again while its delete waits keeps its copy.
+//
+// # Liveness
+//
+// The Follower writes a heartbeat row of its own ([WithHeartbeatTable],
+// one row per server id) every [WithHeartbeat], with a new value each
+// time (an UPDATE that changes nothing writes no event), and expects it
+// back in the binlog, behind every change committed before it. Readiness
+// is a lease on the Loader ([guarded.Feed.ReadyUntil]): each heartbeat
+// back makes the Loader ready until it was written plus the max lag
+// ([WithMaxLag], 150 ms by default), so a stream that goes silent, a
+// server that stops, or a process that was paused passes lookups through
+// within the max lag, before anything is known to be wrong. The server's
+// own heartbeat events prove only the connection, and are not used.
+//
+// # Reading again
+//
+// A session ends, the Loader passes every lookup through, and the next
+// session reads the table again, after: a lost connection or a server
+// restart; a heartbeat that does not come back within the deadline
+// ([WithHeartbeatDeadline]), which a transaction whose commit takes
+// longer than the deadline causes too (every heartbeat waits behind it);
+// a binlog position the server no longer has
+// (purged: error 1236 at the first read); a DDL statement or TRUNCATE
+// that names the table (ALTER, RENAME, DROP and CREATE, TRUNCATE: the
+// binlog carries them as text, and the table's layout may change); a
+// write to the table in STATEMENT or MIXED format (its text names the
+// table; its rows are not in the binlog); an XA transaction or a
+// ROLLBACK TO SAVEPOINT around the table's rows; a transaction of more
+// than 2^20 keys; and the Loader's request for a fresh guard. Every
+// session reads the table: there is no resume from a saved position yet.
+//
+// # This process's own writes
+//
+// A Loader's Insert adds its key before the write, as always; the
+// binlog then carries the insert and the Follower adds the key again:
+// there is no tag yet (the postgres package's Follower.Tag) to skip it.
+// So each row written through Loader.Insert holds two copies, and after
+// its delete one is left: a false positive, never a false negative, until
+// the next read of the table. Copies of a key are capped
+// (guard.MaxCopies); a key inserted and deleted many times stays at the
+// cap, which costs nothing more. Deletes, this process's own included,
+// are applied from the binlog only.
+//
+// # What the binlog cannot show
+//
+//   - A key changed by ON UPDATE CASCADE (or ON DELETE CASCADE, SET NULL):
+//     the server logs only the parent's row, not the child's. Do not key a
+//     followed table by a column a foreign key cascades into.
+//   - A session with sql_log_bin=0 writes nothing to the binlog.
+//   - A table that is not InnoDB (the consistent snapshot covers InnoDB
+//     alone): refused at the start.
+//
+// # Key equality
+//
+// Keys reach the Loader in one text per key, the server's own equality
+// (the Follower installs the rule in the Loader with
+// [guarded.Feed.SetKeyRule], so lookups in any form the server reads as
+// the key find it): an integer in decimal, unsigned as unsigned (the
+// column's type says so; the binlog does not); a DECIMAL without trailing
+// zeros; VARBINARY and BLOB as stored; a utf8mb4 or utf8mb3 text under a
+// _bin collation as stored, without trailing spaces under PAD SPACE;
+// under a collation that weighs each character alone with one 16-bit
+// weight (utf8mb4_general_ci, the default, and utf8mb4_general_nopad_ci,
+// utf8mb3_general_ci), each character replaced by the lowest character of
+// its weight, without trailing spaces under PAD SPACE. Those weights are
+// read from the server's own WEIGHT_STRING at the start, and the form is
+// checked against the server's = on random texts before it is used. Any
+// other column is refused with [ErrKeyType], naming the column, its
+// collation and the fix: a collation with expansions or ignorable
+// characters (utf8mb4_unicode_ci, language collations), BINARY(n),
+// floating point, dates and times, ENUM, other character sets.
+//
+// # Setup
+//
+// The server: log_bin on, binlog_format=ROW, binlog_row_image=FULL
+// (checked at the start). The Follower's user: REPLICATION SLAVE on *.*
+// (without it the server refuses the binlog stream with error 1045, which
+// reads like a wrong password), SELECT on the table, and CREATE (once),
+// INSERT and UPDATE on the heartbeat table. The key column needs a
+// PRIMARY KEY or a UNIQUE key of its own, NOT NULL. A setup that cannot
+// work is an [ErrSetup] error that says what to change.
+//
+//	loader, err := guarded.New(g, store)
+//	f, err := mysql.NewFollower(loader, "follower:pw@tcp(db:3306)/shop", "users", "id",
+//		func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) },
+//		mysql.WithServerID(replicaID)) // unique among the binlog's readers
+//	go func() {
+//		if err := f.Run(ctx); err != nil && ctx.Err() == nil {
+//			logger.Error("follower", "error", err)
+//		}
+//	}()
+package mysql

@@ -1,0 +1,44 @@
+package mysql_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+
+	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/guarded"
+	"github.com/cuckooguard/cuckooguard/mysql"
+)
+
+// ExampleFollower keeps a replica's guard in step with the users table of
+// a MariaDB server. It needs a server, so it only compiles here.
+func ExampleFollower() {
+	ctx := context.Background()
+	g, err := guard.New()
+	if err != nil {
+		panic(err)
+	}
+	store := guarded.GetterFunc[int64, string](func(ctx context.Context, id int64) (string, error) {
+		return "", guarded.ErrNotFound // SELECT name FROM users WHERE id = ?
+	})
+	loader, err := guarded.New(g, store)
+	if err != nil {
+		panic(err)
+	}
+	defer loader.Close()
+	f, err := mysql.NewFollower(loader, "follower:secret@tcp(db.internal:3306)/shop", "users", "id",
+		func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) },
+		mysql.WithServerID(4001)) // unique among the server's binlog readers
+	if err != nil {
+		panic(err)
+	}
+	go func() {
+		// Until ctx ends; returns early only for a setup that cannot work.
+		if err := f.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			slog.Error("follower", "error", err)
+		}
+	}()
+	// Handlers call loader.Get(ctx, id): an id the guard has never seen is
+	// ErrNotFound without a query, once the follower follows.
+}

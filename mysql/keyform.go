@@ -1,0 +1,212 @@
+package mysql
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// A keyForm turns a key column's values, as the table's read and the
+// binlog give them and as callers write them, into one text per key: two
+// texts are one text after canon exactly when the server's = takes them
+// for one key.
+type keyForm struct {
+	kind   formKind
+	column string
+	bits   int  // integers: the type's width
+	signed bool // integers
+	pad    bool // text: a PAD SPACE collation (trailing spaces are ignored)
+	mb3    bool // text: utf8mb3, which holds no 4-byte character
+	w      *weights
+}
+
+type formKind int
+
+const (
+	formInt formKind = iota
+	formDecimal
+	formBytes
+	formText
+)
+
+// canon returns the key's one text for text, a value of the column in
+// any form the server reads as it, or an error for a text the form
+// cannot judge (the lookup then goes to the store).
+func (k *keyForm) canon(text string) (string, error) {
+	switch k.kind {
+	case formInt:
+		if k.signed {
+			v, err := strconv.ParseInt(text, 10, k.bits)
+			if err != nil {
+				return "", fmt.Errorf("mysql: key %q of %s: %w", text, k.column, err)
+			}
+			return strconv.FormatInt(v, 10), nil
+		}
+		v, err := strconv.ParseUint(text, 10, k.bits)
+		if err != nil {
+			return "", fmt.Errorf("mysql: key %q of %s: %w", text, k.column, err)
+		}
+		return strconv.FormatUint(v, 10), nil
+	case formDecimal:
+		return canonDecimal(text, k.column)
+	case formBytes:
+		return text, nil
+	}
+	if !utf8.ValidString(text) {
+		return "", fmt.Errorf("mysql: key %q of %s is not UTF-8", text, k.column)
+	}
+	if k.w == nil { // a _bin collation: code points as stored
+		if k.mb3 && hasSupplementary(text) {
+			return "", fmt.Errorf("mysql: key %q of %s has a 4-byte character, which utf8mb3 cannot hold", text, k.column)
+		}
+		if k.pad {
+			text = strings.TrimRight(text, " ")
+		}
+		return text, nil
+	}
+	return k.w.canon(text, k.pad, k.mb3, k.column)
+}
+
+// fromRow returns the key's one text for a value of the column as the
+// binlog decodes it; ok is false for NULL.
+func (k *keyForm) fromRow(v any) (text string, ok bool, err error) {
+	switch v := v.(type) {
+	case nil:
+		return "", false, nil
+	case string:
+		text = strings.Clone(v) // the decoder's string may alias its buffer
+	case []byte:
+		text = string(v)
+	case int8:
+		text = k.intText(int64(v))
+	case int16:
+		text = k.intText(int64(v))
+	case int32:
+		text = k.intText(int64(v))
+	case int64:
+		text = k.intText(v)
+	default:
+		return "", false, fmt.Errorf("mysql: the binlog gave %s a value of type %T", k.column, v)
+	}
+	text, err = k.canon(text)
+	return text, err == nil, err
+}
+
+// intText writes an integer the binlog decoded as signed in the column's
+// own signedness: without binlog_row_metadata=FULL the binlog does not
+// say an integer is unsigned, the column's type does.
+func (k *keyForm) intText(v int64) string {
+	if k.signed || k.kind != formInt {
+		return strconv.FormatInt(v, 10)
+	}
+	return strconv.FormatUint(uint64(v)&(1<<k.bits-1), 10)
+}
+
+// canonDecimal returns a decimal's text without a sign on zero, leading
+// zeros, trailing zeros after the point, or a point with nothing after it:
+// the server's = compares values, and a DECIMAL(10,2) column prints 1.5
+// as 1.50.
+func canonDecimal(text, col string) (string, error) {
+	s := text
+	neg := false
+	if s != "" && (s[0] == '-' || s[0] == '+') {
+		neg = s[0] == '-'
+		s = s[1:]
+	}
+	intPart, frac, hasPoint := strings.Cut(s, ".")
+	if intPart == "" && frac == "" || !digits(intPart) || !digits(frac) || hasPoint && frac == "" && intPart == "" {
+		return "", fmt.Errorf("mysql: key %q of %s is not a decimal number", text, col)
+	}
+	intPart = strings.TrimLeft(intPart, "0")
+	frac = strings.TrimRight(frac, "0")
+	if intPart == "" {
+		intPart = "0"
+	}
+	out := intPart
+	if frac != "" {
+		out += "." + frac
+	}
+	if neg && out != "0" {
+		out = "-" + out
+	}
+	return out, nil
+}
+
+func digits(s string) bool {
+	for i := range len(s) {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func hasSupplementary(s string) bool {
+	for _, r := range s {
+		if r > 0xFFFF {
+			return true
+		}
+	}
+	return false
+}
+
+// intBits is the width of MySQL's integer types.
+var intBits = map[string]int{"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "integer": 32, "bigint": 64}
+
+// formOf returns the key form of column c, asking the server for its
+// collation's weights (through load) when it has one that is not _bin.
+// It returns an error wrapping ErrKeyType, which says what to do, for a
+// column whose equality the guard cannot hold.
+func formOf(c column, load func(collation string) (*weights, error)) (*keyForm, error) {
+	k := &keyForm{column: c.name}
+	refuse := func(why string) (*keyForm, error) {
+		return nil, fmt.Errorf("%w: column %s (%s%s): %s", ErrKeyType, c.name, c.columnType, collationSays(c), why)
+	}
+	switch dt := c.dataType; {
+	case intBits[dt] > 0:
+		k.kind, k.bits, k.signed = formInt, intBits[dt], !strings.Contains(c.columnType, "unsigned")
+	case dt == "decimal":
+		k.kind = formDecimal
+	case dt == "varbinary" || dt == "blob" || dt == "tinyblob" || dt == "mediumblob" || dt == "longblob":
+		k.kind = formBytes
+	case dt == "binary":
+		// The binlog drops the zero bytes a BINARY(n) pads its value
+		// with; a read gives them.
+		return refuse("BINARY(n) is not supported yet: use VARBINARY(n)")
+	case dt == "char" || dt == "varchar" || dt == "text" || dt == "tinytext" || dt == "mediumtext" || dt == "longtext":
+		k.kind = formText
+		switch c.charset {
+		case "utf8mb4":
+		case "utf8mb3", "utf8":
+			k.mb3 = true
+		default:
+			return refuse("only utf8mb4 and utf8mb3 columns are supported: ALTER TABLE … MODIFY " + c.name + " … CHARACTER SET utf8mb4")
+		}
+		nopad := strings.Contains(c.collation, "_nopad_")
+		k.pad = !nopad
+		if dt == "char" && nopad {
+			// A CHAR loses its trailing spaces when read; under a NO PAD
+			// collation they would count in a lookup.
+			return refuse("CHAR under a NO PAD collation is not supported: use VARCHAR, or a PAD SPACE collation")
+		}
+		if strings.HasSuffix(c.collation, "_bin") {
+			return k, nil // code points as stored
+		}
+		w, err := load(c.collation)
+		if err != nil {
+			return nil, fmt.Errorf("%w (column %s)", err, c.name)
+		}
+		k.w = w
+	default:
+		return refuse("this type is not supported yet: use an integer, DECIMAL, VARBINARY or a utf8mb4 VARCHAR")
+	}
+	return k, nil
+}
+
+func collationSays(c column) string {
+	if c.collation == "" {
+		return ""
+	}
+	return " COLLATE " + c.collation
+}

@@ -1,0 +1,149 @@
+package mysql
+
+import (
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"time"
+)
+
+// Option configures a Follower made by [NewFollower].
+type Option func(*config)
+
+type config struct {
+	serverID       uint32
+	backoff        time.Duration
+	maxLag         time.Duration
+	heartbeat      time.Duration
+	deadline       time.Duration
+	logger         *slog.Logger
+	heartbeatTable string
+	keyText        any // func(K) string of the Follower's K; nil: keyTextOf
+}
+
+// Defaults of the Follower options.
+const (
+	// DefaultHeartbeat is how often a Follower writes its heartbeat row.
+	DefaultHeartbeat = 100 * time.Millisecond
+	// DefaultMaxLag is how long after a heartbeat was written the Loader
+	// stays ready on its evidence: 1.5 heartbeats.
+	DefaultMaxLag = 150 * time.Millisecond
+	// DefaultHeartbeatDeadline is the shortest default heartbeat deadline:
+	// it is three heartbeats, or this if longer.
+	DefaultHeartbeatDeadline = time.Second
+	// DefaultBackoff is the first reconnect delay.
+	DefaultBackoff = 100 * time.Millisecond
+	// MaxBackoff is the longest wait between two sessions.
+	MaxBackoff = 30 * time.Second
+	// DefaultHeartbeatTable is the table of the Follower's heartbeat row,
+	// in the DSN's database.
+	DefaultHeartbeatTable = "cuckooguard_heartbeat"
+)
+
+// discardLogger is the Follower's logger unless WithLogger sets one.
+var discardLogger = slog.New(slog.DiscardHandler)
+
+// WithServerID sets the server id the Follower's binlog stream registers
+// with, in [1, 2^32-1]. Every reader of a server's binlog (its replicas,
+// every Follower) needs an id of its own and other than the server's:
+// a second reader with the same id disconnects the first (error 4052),
+// and both then read the table again, over and over. The default is drawn
+// at random from [2^30, 2^31) for each Follower; give each process a
+// stable id of its own to rule a collision out. The id also names the
+// Follower's heartbeat row: with random ids each process start leaves a
+// row of about 100 bytes behind in the heartbeat table.
+func WithServerID(id uint32) Option {
+	return func(c *config) { c.serverID = id }
+}
+
+// WithHeartbeat sets how often the Follower writes its heartbeat row, a
+// new value each time (an UPDATE that changes nothing writes no event).
+// It comes back through the binlog behind every change committed before
+// it. The default is [DefaultHeartbeat]; each heartbeat is one
+// autocommitted UPDATE of one row on the server.
+func WithHeartbeat(d time.Duration) Option {
+	return func(c *config) { c.heartbeat = d }
+}
+
+// WithMaxLag sets how long after a heartbeat was written the Loader may
+// answer "absent" on the strength of its return: each heartbeat back
+// makes the Loader ready until it was sent plus the max lag
+// ([guarded.Feed.ReadyUntil]). The default is 1.5 heartbeats
+// ([DefaultMaxLag] with the default heartbeat).
+func WithMaxLag(d time.Duration) Option {
+	return func(c *config) { c.maxLag = d }
+}
+
+// WithHeartbeatDeadline sets how long the stream may deliver nothing
+// while a heartbeat is out before the Follower takes the connection for
+// dead and starts a new session (which reads the table again). The
+// default is three heartbeats, at least [DefaultHeartbeatDeadline].
+func WithHeartbeatDeadline(d time.Duration) Option {
+	return func(c *config) { c.deadline = d }
+}
+
+// WithBackoff sets the first wait before a new session after a failed
+// one; it doubles for each session that fails again, up to [MaxBackoff].
+// The default is [DefaultBackoff].
+func WithBackoff(d time.Duration) Option {
+	return func(c *config) { c.backoff = d }
+}
+
+// WithLogger sets where the Follower logs: a session that failed (at
+// Warn, once per change of reason), each read of the table (at Info) and
+// a first session that finds a setup that cannot work (at Error). By
+// default it logs nothing.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) { c.logger = l }
+}
+
+// WithHeartbeatTable sets the table of the Follower's heartbeat row, in
+// the DSN's database; the default is [DefaultHeartbeatTable]. The
+// Follower creates it if missing (CREATE TABLE IF NOT EXISTS, which
+// needs the CREATE privilege once) and writes its own row, keyed by its
+// server id (INSERT and UPDATE).
+func WithHeartbeatTable(name string) Option {
+	return func(c *config) { c.heartbeatTable = name }
+}
+
+// WithKeyText sets how the Follower writes a key of its type K as text,
+// for the Loader's key rule: parse(text(k)) must give k. The default
+// handles string and integer keys. NewFollower returns an error for a
+// function of another key type than its own.
+func WithKeyText[K comparable](text func(K) string) Option {
+	return func(c *config) { c.keyText = text }
+}
+
+// keyTextFor returns the key text function of v, which must be a
+// func(K) string or nil (the default, keyTextOf).
+func keyTextFor[K comparable](v any) (func(K) string, error) {
+	if v == nil {
+		return keyTextOf[K](), nil
+	}
+	text, ok := v.(func(K) string)
+	if !ok || text == nil {
+		var zero K
+		return nil, fmt.Errorf("mysql: WithKeyText needs a func(%T) string, the Follower's key type; got %T", zero, v)
+	}
+	return text, nil
+}
+
+// keyTextOf is the default text of a key: itself for a string, decimal
+// for an integer, fmt's otherwise.
+func keyTextOf[K comparable]() func(K) string {
+	var zero K
+	switch any(zero).(type) {
+	case string:
+		return func(k K) string { return any(k).(string) }
+	case int64:
+		return func(k K) string { return strconv.FormatInt(any(k).(int64), 10) }
+	case uint64:
+		return func(k K) string { return strconv.FormatUint(any(k).(uint64), 10) }
+	}
+	return func(k K) string { return fmt.Sprint(k) }
+}
+
+// randomServerID is the default server id: one of 2^30, far from the
+// small ids servers are usually given.
+func randomServerID() uint32 { return 1<<30 + rand.Uint32N(1<<30) }
