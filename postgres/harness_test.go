@@ -151,6 +151,21 @@ func (n *node[K]) waitCurrent(t *testing.T) {
 	n.waitCurrentWithin(t, 30*time.Second)
 }
 
+// currentWithin waits up to limit until n follows and every change
+// committed before the call has been applied, and reports whether it did.
+func (n *node[K]) currentWithin(limit time.Duration) bool {
+	since := time.Now()
+	for deadline := since.Add(limit); ; time.Sleep(5 * time.Millisecond) {
+		st := n.follower.Stats()
+		if st.State == Following && n.loader.Ready() && st.CurrentAsOf.After(since) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
 // waitCurrentWithin is waitCurrent, failing the test after limit.
 func (n *node[K]) waitCurrentWithin(t *testing.T, limit time.Duration) {
 	t.Helper()
