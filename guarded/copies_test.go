@@ -815,3 +815,60 @@ func TestLoaderRebuildGuard(t *testing.T) {
 		t.Fatalf("rebuild with a guard of another seed = %v, want an error about the seed", err)
 	}
 }
+
+// TestInsertsAheadOfTheFeedOweCopies: with a change feed, this process
+// deletes a key and inserts it again through the Loader more times than
+// guard.MaxCopies before the stream brings the first deletion (each
+// Insert adds a copy before it writes; the feed removes nothing for a
+// Delete and applies every deletion itself). The copies the guard refuses
+// are owed, and the feed's deletions take them first: the key stays
+// present while its row exists, and a deletion past the copies takes no
+// colliding key's copy. A collision with y makes a copy taken from the
+// wrong key visible.
+func TestInsertsAheadOfTheFeedOweCopies(t *testing.T) {
+	ctx := context.Background()
+	const y = 1
+	k := collidingKey(t, y)
+	s := newMemStore[int]()
+	l := newTestLoader(t, s, collisionOpts)
+	feed, err := l.AttachFeed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := feed.Apply(Change[int]{Key: y}); err != nil { // y's row, read by the feed
+		t.Fatal(err)
+	}
+	feed.MarkReady()
+	const rounds = 2*guard.MaxCopies + 1
+	for range rounds { // insert k; delete k, which the feed will bring later
+		if err := l.Insert(ctx, k, func(context.Context) error { s.put(k, "k"); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Delete(ctx, k, func(context.Context) (bool, error) { s.del(k); return true, nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Insert(ctx, k, func(context.Context) error { s.put(k, "k"); return nil }); err != nil { // the last insert: k's row exists
+		t.Fatal(err)
+	}
+	// The stream: every insert is this process's own (skipped), every
+	// deletion applied.
+	for i := range rounds {
+		if err := feed.Apply(Change[int]{Key: k, Deleted: true}); err != nil {
+			t.Fatal(err)
+		}
+		if !l.MayContain(k) {
+			t.Fatalf("k, whose row exists, reads absent after %d of the feed's %d deletions", i+1, rounds)
+		}
+		if !l.MayContain(y) {
+			t.Fatalf("y reads absent after %d of the feed's deletions of k: one took y's copy", i+1)
+		}
+	}
+	// And k's last row deleted: y keeps its copy.
+	if err := feed.Apply(Change[int]{Key: k, Deleted: true}); err != nil {
+		t.Fatal(err)
+	}
+	if !l.MayContain(y) {
+		t.Fatal("y reads absent after the last deletion of k")
+	}
+}

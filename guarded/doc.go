@@ -72,7 +72,12 @@
 //     removes nothing; the feed applies every delete, this process's own
 //     included, in commit order, after the creation it undoes (added by
 //     Insert, by an earlier change, or by the feed's snapshot read). The
-//     feed skips only this process's own inserts. Rebuilds go through the
+//     feed skips only this process's own inserts. A key deleted and
+//     inserted again through the Loader faster than the feed follows gets
+//     a copy per Insert; past [guard.MaxCopies] the guard refuses them, and
+//     the Loader owes each refused copy instead of dropping it: a removal
+//     takes an owed copy first, so the feed's deletions never take the
+//     last copy of a live key. Rebuilds go through the
 //     feed's snapshot-aware [Feed.Resync], which the Loader asks for on
 //     [Feed.Requests].
 //   - Restart from a saved guard ([Feed.Replace]): the feed saved the guard

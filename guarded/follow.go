@@ -56,7 +56,7 @@ func (l *Loader[K, V]) applyChange(c Change[K]) error {
 	h := l.codec.hash(cur.g, c.Key)
 	if c.Deleted {
 		l.flight.forget(h, c.Key)
-		cur.g.RemoveHash(h)
+		remove(cur, h)
 		return nil
 	}
 	l.epoch(h).Add(1) // voids negative-cache entries of the key

@@ -3,6 +3,7 @@ package guarded
 import (
 	"context"
 	"errors"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -110,6 +111,57 @@ type view struct {
 	// settleSeq is the number of the last unknown outcome recorded
 	// before a rebuild began to fill the view (see unsettled.readSettles).
 	settleSeq uint64
+	// over counts, per key hash, the copies the guard refused because it
+	// held guard.MaxCopies of the key already (Loader.add): copies owed,
+	// which a removal takes before a copy the guard holds (Loader.remove).
+	over overCopies
+}
+
+// overCopies are the copies of keys that a guard refused at
+// guard.MaxCopies (see view.over). A unique key needs more than
+// MaxCopies copies only while a change feed runs behind this process's
+// own writes: a key deleted and inserted again through the Loader five
+// times before the stream brings the first deletion. Each Insert adds a
+// copy; the feed then applies every deletion. Without this count the
+// refused copies were never owed, and the deletions took the last copy
+// of a live key (postgres' TestOwnInsertsAheadOfTheStream).
+type overCopies struct {
+	any atomic.Bool // some count is above zero: removals need not lock otherwise
+	mu  sync.Mutex
+	n   map[uint64]uint32
+}
+
+// add counts one refused copy of h.
+func (o *overCopies) add(h uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.n == nil {
+		o.n = map[uint64]uint32{}
+	}
+	if o.n[h] < math.MaxUint32 {
+		o.n[h]++
+	}
+	o.any.Store(true)
+}
+
+// take takes one refused copy of h, if one is counted.
+func (o *overCopies) take(h uint64) bool {
+	if !o.any.Load() {
+		return false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	c := o.n[h]
+	if c == 0 {
+		return false
+	}
+	if c == 1 {
+		delete(o.n, h)
+		o.any.Store(len(o.n) > 0)
+	} else {
+		o.n[h] = c - 1
+	}
+	return true
 }
 
 // newView returns the view of g, whose degraded shards (a guard restored

@@ -166,7 +166,7 @@ func (l *Loader[K, V]) CatchUp(ctx context.Context, changes iter.Seq2[Change[K],
 		}
 		h := l.codec.hash(v.g, c.Key)
 		if c.Deleted {
-			v.g.RemoveHash(h)
+			remove(v, h)
 		} else if _, err := l.add(v, h); err != nil {
 			return wrap("catch up", err)
 		}

@@ -87,10 +87,10 @@ func (l *Loader[K, V]) Insert(ctx context.Context, key K, write func(ctx context
 	returned = true
 	if werr != nil && l.cfg.notWritten(werr) {
 		if inCur {
-			cur.g.RemoveHash(h)
+			remove(cur, h)
 		}
 		if inShadow {
-			sh.g.RemoveHash(hs)
+			remove(sh, hs)
 		}
 		rolledBack = true
 		return werr
@@ -201,10 +201,10 @@ func (l *Loader[K, V]) InsertGenerated(ctx context.Context, write func(ctx conte
 	if werr != nil && l.cfg.notWritten(werr) {
 		for _, a := range keys {
 			if a.inCur {
-				cur.g.RemoveHash(a.h)
+				remove(cur, a.h)
 			}
 			if a.inShd {
-				sh.g.RemoveHash(a.hs)
+				remove(sh, a.hs)
 			}
 		}
 		rolledBack = true
@@ -240,7 +240,7 @@ func (l *Loader[K, V]) Delete(ctx context.Context, key K, write func(ctx context
 	l.writeMu.RLock()
 	defer l.writeMu.RUnlock()
 	cur := l.cur.Load()
-	remove := l.ready.load() != notReady && l.feed.Load() == nil
+	removes := l.ready.load() != notReady && l.feed.Load() == nil
 	existed, err := write(ctx)
 	if err != nil || !existed {
 		return err
@@ -248,10 +248,18 @@ func (l *Loader[K, V]) Delete(ctx context.Context, key K, write func(ctx context
 	h := l.codec.hash(cur.g, key)
 	l.flight.forget(h, key)
 	l.unsettled.settled(h) // its row existed: the store settled any unknown outcome
-	if remove {
-		cur.g.RemoveHash(h)
+	if removes {
+		remove(cur, h)
 	}
 	return nil
+}
+
+// remove removes one copy of h from v: a copy owed (view.over) if there
+// is one, else one the guard holds.
+func remove(v *view, h uint64) {
+	if !v.over.take(h) {
+		v.g.RemoveHash(h)
+	}
 }
 
 // noteOutcome records how an insert of the key with hash h into view v
@@ -280,9 +288,13 @@ func (l *Loader[K, V]) add(v *view, h uint64) (bool, error) {
 	}
 	if errors.Is(err, guard.ErrTooManyCopies) {
 		// The guard holds guard.MaxCopies copies of the key (or of keys it
-		// cannot tell from it): present already, and no row of a unique
-		// key can need more.
-		return false, nil
+		// cannot tell from it): present already. The copy is owed rather
+		// than dropped (view.over): a feed's deletions may come for each
+		// copy added (a key deleted and inserted again through the Loader
+		// faster than the stream follows), and the first removals take
+		// the owed copies, not the ones the guard holds.
+		v.over.add(h)
+		return true, nil
 	}
 	if errors.Is(err, guard.ErrClosed) {
 		if v != l.cur.Load() && v != l.shadow.Load() {

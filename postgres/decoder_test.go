@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -283,21 +282,15 @@ func TestApplierRecreatedKeyCancelsHeldDeletion(t *testing.T) {
 	}
 }
 
-// TestOwnInsertsAheadOfTheStream reproduces a known wrong 404 that
-// predates held deletions: this process deletes a key and inserts it again
-// through its Loader five times before the stream brings the first of
-// those transactions (a loop faster than the stream's few milliseconds).
-// Each Loader.Insert adds a copy before it writes; past guard.MaxCopies
-// the guard takes no more, but the stream still skips every tagged insert
-// as added and applies every deletion, so the key's copies run out while
-// its row exists (and a deletion past them may take another key's copy).
-// It runs with CUCKOOGUARD_KNOWN=1 until fixed: the Loader would have to
-// remember the copies it could not add and the feed's deletions consume
-// those first, or Tag leave such a key untagged.
+// TestOwnInsertsAheadOfTheStream: this process deletes a key and inserts
+// it again through its Loader six times before the stream brings the
+// first of those transactions (a loop faster than the stream's few
+// milliseconds). Each Loader.Insert adds a copy before it writes; past
+// guard.MaxCopies the guard takes no more, while the stream skips every
+// tagged insert as added and applies every deletion: before the Loader
+// owed the refused copies (guarded's view.over), the key's copies ran out
+// while its row existed (0 copies here).
 func TestOwnInsertsAheadOfTheStream(t *testing.T) {
-	if os.Getenv("CUCKOOGUARD_KNOWN") == "" {
-		t.Skip("set CUCKOOGUARD_KNOWN=1: reproduces a known wrong 404 (own inserts of one key more than guard.MaxCopies ahead of the stream)")
-	}
 	a, l := applierFixture(t, "A 1")
 	l.MarkReady()
 	d := newDecoder(users("public"))
