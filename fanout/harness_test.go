@@ -264,6 +264,21 @@ func (n *node) waitCurrent(t *testing.T) {
 
 // waitCurrent waits until f follows, with every change committed before
 // the call, and its Loader l is ready; id names the node in the failure.
+// currentWithin waits up to limit until f follows and every change
+// committed before the call has been applied, and reports whether it did.
+func currentWithin[K comparable, V any](f *Follower[K], l *guarded.Loader[K, V], limit time.Duration) bool {
+	since := time.Now()
+	for deadline := since.Add(limit); ; time.Sleep(5 * time.Millisecond) {
+		st := f.Stats()
+		if st.State == postgres.Following && l.Ready() && st.CurrentAsOf.After(since) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
 func waitCurrent[K comparable, V any](t *testing.T, id string, f *Follower[K], l *guarded.Loader[K, V]) {
 	t.Helper()
 	since := time.Now()

@@ -3,6 +3,7 @@ package fanout
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -19,8 +20,13 @@ func newRecorder() *recorder { return &recorder{mu: &sync.Mutex{}, warns: new([]
 func (r *recorder) Enabled(context.Context, slog.Level) bool { return true }
 func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
 	if rec.Level >= slog.LevelWarn {
+		line := rec.Level.String() + " " + rec.Message
+		rec.Attrs(func(a slog.Attr) bool {
+			line += " " + a.String()
+			return true
+		})
 		r.mu.Lock()
-		*r.warns = append(*r.warns, rec.Level.String()+" "+rec.Message)
+		*r.warns = append(*r.warns, line)
 		r.mu.Unlock()
 	}
 	return nil
@@ -64,7 +70,19 @@ func TestFirstStartQuiet(t *testing.T) {
 		}
 		expectNoWrong404s(t, n, "after a first start")
 	}
-	if w := rec.lines(); len(w) > 0 {
+	// A relay whose process did not renew its lease in time (errLeaseLapsed:
+	// starved of CPU, as when other test processes load the machine) ends
+	// its term and says so: the start was not healthy, and the line is
+	// right. Any other line fails the test.
+	var w []string
+	for _, l := range rec.lines() {
+		if strings.Contains(l, "relay term ended") && strings.Contains(l, errLeaseLapsed.Error()) {
+			t.Logf("not counted (this process was starved): %s", l)
+			continue
+		}
+		w = append(w, l)
+	}
+	if len(w) > 0 {
 		t.Errorf("a healthy first start logged %d lines at Warn or above: %q", len(w), w)
 	}
 }
