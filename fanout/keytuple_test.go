@@ -97,21 +97,15 @@ func (e *env) startTupleNode(t *testing.T, id string) *tupleNode {
 	return n
 }
 
-// check reads every key of members with its row version, waits until n
-// is current, and counts the keys a ready Loader reports absent while
-// the row version it read still exists (a key deleted and made again
-// meanwhile may rightly read absent for a moment).
-func (n *tupleNode) check(t *testing.T, id string) (checked, wrong int) {
-	t.Helper()
-	checked, wrong, _ = n.checkWithin(t, id, 0)
-	return checked, wrong
-}
-
-// checkWithin is check for a round while writers run flat out: a follower
+// checkWithin reads every key of members with its row version, waits
+// until n is current, and counts the keys a ready Loader reports absent
+// while the row version it read still exists (a key deleted and made
+// again meanwhile may rightly read absent for a moment). While writers
+// run flat out, a follower
 // that falls behind them (its relay and it, under -race on two cores)
 // passes lookups through, which is right, and may not catch up until they
 // stop; if it is not current within limit the round checks nothing
-// (current false). limit 0 waits as check does, failing after 30 s.
+// (current false). limit 0 waits for it, failing the test after 30 s.
 func (n *tupleNode) checkWithin(t *testing.T, id string, limit time.Duration) (checked, wrong int, current bool) {
 	t.Helper()
 	ctx := context.Background()
