@@ -525,25 +525,33 @@ func (s *Shard) drainStashLocked(t *table) {
 		// A move from the stash (filed under b) to b or its alternate:
 		// the slot is written to a bucket before it leaves the stash, and
 		// a reader may have checked that bucket before the write and the
-		// stash after the removal. (Lock-free writers do not touch the
-		// stash; a lock-free delete finds the stash not empty and takes
-		// the mutex.)
+		// stash after the removal. So the move bumps the stripes of both
+		// of the entry's buckets, whichever it lands in: a lookup
+		// validates with the stripe of its item's first bucket, which
+		// may be either (an eviction path files an entry under its
+		// alternate). Bumping only the bucket it lands in let a lookup
+		// that read both buckets before the move and the stash after it
+		// trust a miss of a present item (TestStashDrainInvalidatesMisses).
+		// (Lock-free writers do not touch the stash; a lock-free delete
+		// finds the stash not empty, or its stripe bumped, and takes the
+		// mutex.)
+		ob, osl := t.other(b, sl)
 		dst, dsl := b, sl
 		if freeLane(t.load(b)) < 0 {
-			dst, dsl = t.other(b, sl)
+			dst, dsl = ob, osl
 		}
 		if freeLane(t.load(dst)) < 0 {
 			i++
 			continue
 		}
-		s.vers.open(b, dst)
+		s.vers.open(b, ob)
 		if !t.put(dst, dsl) {
-			s.vers.close(b, dst)
+			s.vers.close(b, ob)
 			i++ // a lock-free insert took the lane
 			continue
 		}
 		t.stashRemove(i)
-		s.vers.close(b, dst)
+		s.vers.close(b, ob)
 	}
 }
 

@@ -546,3 +546,68 @@ const (
 	stressItems = 60_000
 	stressChurn = 128
 )
+
+// TestStashDrainInvalidatesMisses checks the seqlock's rule for the one
+// move that did not follow it: a drain of the stash (after a delete made
+// room) that puts an entry back into the bucket it was filed under. An
+// entry parked by an eviction path is filed under its alternate bucket,
+// which may be the item's second bucket; a lookup validates with the
+// stripe of its first. A lookup that read both buckets before the drain
+// and the stash after it saw the entry nowhere, and it may trust that
+// miss only if its stripe changed: the drain must bump the stripes of
+// both of the entry's buckets, not only the one it lands in. Before the
+// fix it bumped that one alone, and the miss was trusted: a false
+// negative of a present item (and a lock-free delete could take the less
+// specific entry of another item instead of the item's own).
+func TestStashDrainInvalidatesMisses(t *testing.T) {
+	r := rand.New(rand.NewPCG(testrand.Seed(t), 0))
+	checked := 0
+	for checked < 200 {
+		s, err := New(6)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tab := s.tab.Load()
+		f := uint8(1 + r.IntN(255))
+		v := r.Uint64()
+		b1, _, b2, s2 := tab.slots(f, v, alt(f))
+		if stripeOf(b1) == stripeOf(b2) {
+			continue // the stripe it validates with is bumped either way
+		}
+		// The item's entry parked in the stash under its second bucket, as
+		// a failed eviction path parks the entry it takes out of the first.
+		s.mu.Lock()
+		tab.stashAdd(b2, s2)
+		s.mu.Unlock()
+		if !s.Contains(f, v) {
+			t.Fatal("a stashed item reads absent")
+		}
+		// A lookup: its stripe, then its two buckets (the entry is in
+		// neither)...
+		st := stripeOf(b1)
+		ver := s.vers[st].Load()
+		if hasItem(tab, b1, b2, f, v) {
+			t.Fatal("the entry is in a bucket before the drain")
+		}
+		// ...the drain moves the entry into b2...
+		s.mu.Lock()
+		s.drainStashLocked(tab)
+		s.mu.Unlock()
+		if tab.stashN.Load() != 0 || !hasItem(tab, b1, b2, f, v) {
+			t.Fatal("the drain did not move the entry into its bucket")
+		}
+		// ...and the lookup then finds the stash empty. It must not trust
+		// its miss.
+		if s.vers.stable(st, ver) {
+			t.Fatalf("a drain from the stash into bucket %d left the stripe of bucket %d unchanged: a lookup that read both buckets before it and the stash after it trusts a miss of a present item", b2, b1)
+		}
+		checked++
+	}
+}
+
+// hasItem reports whether bucket b1 or b2 of t holds an entry that item
+// (f, v) matches.
+func hasItem(t *table, b1, b2 uint64, f uint8, v uint64) bool {
+	_, p1, _, p2 := t.probes(f, v, alt(f))
+	return matchLanes(t.load(b1), p1)|matchLanes(t.load(b2), p2) != 0
+}
