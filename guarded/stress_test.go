@@ -26,9 +26,10 @@ import (
 // does), is refused as a duplicate.
 type oracleStore struct {
 	mu   sync.RWMutex
-	rows map[int]uint64 // key → incarnation
-	held map[int]bool   // keys of inserts not committed yet
-	inc  uint64         // last incarnation; under mu
+	rows map[int]uint64  // key → incarnation
+	held map[int]bool    // keys of inserts not committed yet
+	inc  uint64          // last incarnation; under mu
+	late map[uint64]bool // incarnations a late commit made, for the report of a wrong 404
 }
 
 // create makes a row of k unless k is taken, and reports whether it did.
@@ -62,6 +63,14 @@ func (s *oracleStore) commit(k int) {
 	delete(s.held, k)
 	s.inc++
 	s.rows[k] = s.inc
+	s.late[s.inc] = true
+}
+
+// lateCommitted reports whether a late commit made incarnation v.
+func (s *oracleStore) lateCommitted(v uint64) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.late[v]
 }
 
 func (s *oracleStore) remove(k int) bool {
@@ -171,7 +180,7 @@ func runStress(t *testing.T, seed uint64, d time.Duration, opts ...Option) stres
 	var clock atomic.Int64
 	clock.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	now := func() time.Time { return time.Unix(0, clock.Load()) }
-	s := &oracleStore{rows: map[int]uint64{}, held: map[int]bool{}}
+	s := &oracleStore{rows: map[int]uint64{}, held: map[int]bool{}, late: map[uint64]bool{}}
 	for k := range keys / 2 {
 		s.create(k)
 	}
@@ -217,7 +226,10 @@ func runStress(t *testing.T, seed uint64, d time.Duration, opts ...Option) stres
 			before[i] = s.version(k)
 		}
 		errs := make([]error, len(ks))
+		rebuildsBefore, viewBefore := l.rebuilds.Value(), l.cur.Load()
+		how := "GetMany"
 		if len(ks) == 1 && r.IntN(2) == 0 {
+			how = "Get"
 			_, errs[0] = l.Get(ctx, ks[0])
 		} else {
 			_, errs = l.GetMany(ctx, ks)
@@ -232,6 +244,15 @@ func runStress(t *testing.T, seed uint64, d time.Duration, opts ...Option) stres
 					st := l.Stats()
 					t.Logf("wrong 404: key %d, row %d present before and after (rebuilds %d, unsettled %d, overflows %d, pass-through shards %d, negative-cache hits %d)",
 						k, before[i], st.Rebuilds, st.Unsettled, st.UnsettledOverflows, st.PassThroughShards, st.NegativeCacheHits)
+					// What the Loader holds of the key now, to tell which
+					// answer was wrong: the guard's, the negative cache's
+					// or the store call's.
+					v := l.cur.Load()
+					h := l.codec.hash(v.g, k)
+					_, negEntry := l.neg.m.Load(k)
+					t.Logf("wrong 404 of %d by %s of %d keys: row made by a late commit %v; rebuilds during the lookup %d (view replaced %v); now: guard holds it %v, shard passes %v, owed copies %v, negative-cache entry %v, unsettled %v, ready %v",
+						k, how, len(ks), s.lateCommitted(before[i]), l.rebuilds.Value()-rebuildsBefore, v != viewBefore,
+						v.g.ContainsHash(h), v.passes(h), v.over.any.Load(), negEntry, l.unsettled.mayShow(h, l.cfg.now), l.Ready())
 				}
 			} else if errs[i] != nil {
 				t.Errorf("lookup of %d: %v", k, errs[i])

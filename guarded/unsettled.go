@@ -21,7 +21,10 @@ import (
 // contains it, a later Insert of it succeeds, or a Delete of it finds the
 // row. (The last two hold for a unique key, whose second insert cannot
 // commit while the first is undecided: it waits for it, and fails if the
-// first commits.) A feed's Resync settles nothing: the stream's read may
+// first commits. They settle only the records made before their own write
+// began: a Delete that found the row of an earlier insert says nothing of
+// an insert of the key that began after the row was gone, and recorded an
+// unknown outcome before the Delete returned.) A feed's Resync settles nothing: the stream's read may
 // have begun before the write. A key whose row never shows (the write did
 // not commit after all) is forgotten once the settle time has passed
 // since its write returned: by then a write that committed is visible.
@@ -51,7 +54,7 @@ type unsettled struct {
 	// keys without it.
 	mu      sync.Mutex
 	keys    *xsync.MapOf[uint64, unsettledKey] // by key hash
-	seq     uint64                             // records so far; under mu
+	seq     atomic.Uint64                      // records so far; written under mu
 	purgeAt int64                              // under mu: no entry of a full keys expires before then
 	n       atomic.Int64                       // keys.Size(), written under mu
 	// until is the unix nanoseconds before which a rebuild may lack a
@@ -86,8 +89,8 @@ func (u *unsettled) record(h uint64, now int64) {
 			return
 		}
 	}
-	u.seq++
-	u.keys.Store(h, unsettledKey{until: expires, seq: u.seq})
+	seq := u.seq.Add(1)
+	u.keys.Store(h, unsettledKey{until: expires, seq: seq})
 	u.n.Store(int64(u.keys.Size()))
 }
 
@@ -107,10 +110,16 @@ func (u *unsettled) purgeLocked(now int64) {
 	u.n.Store(int64(u.keys.Size()))
 }
 
-// settled forgets the key with hash h: the store showed its row after
-// its write returned.
-func (u *unsettled) settled(h uint64) {
-	u.readSettles(h, 1<<64-1, nil)
+// mark returns the number of the last record, for a write about to run:
+// if the write shows the key's row, settledBefore(h, mark) forgets the
+// records of the key made before it began, and no later one.
+func (u *unsettled) mark() uint64 { return u.seq.Load() }
+
+// settledBefore forgets the key with hash h if its record is numbered
+// seq or lower: a write that began after that record (mark) showed the
+// key's row, so the insert it records was decided by then.
+func (u *unsettled) settledBefore(h, seq uint64) {
+	u.readSettles(h, seq, nil)
 }
 
 // readSettles forgets the key with hash h, found by a read of the store's
@@ -146,7 +155,7 @@ func (u *unsettled) pending(now int64) (keys []uint64, seq uint64, passUntil int
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	seq = u.seq
+	seq = u.seq.Load()
 	if u.n.Load() == 0 {
 		return nil, seq, passUntil
 	}

@@ -67,6 +67,7 @@ func (l *Loader[K, V]) Insert(ctx context.Context, key K, write func(ctx context
 	}
 	rolledBack, returned := false, false
 	var werr error
+	mark := l.unsettled.mark() // a success settles the records made before the write
 	defer func() {
 		if rolledBack {
 			return
@@ -80,7 +81,7 @@ func (l *Loader[K, V]) Insert(ctx context.Context, key K, write func(ctx context
 		// finds the key among the unsettled ones; before the epoch's
 		// bump, so that a lookup that begins after the bump does not
 		// cache the key as absent (see settle).
-		l.noteOutcome(h, !returned || werr != nil, cur)
+		l.noteOutcome(h, !returned || werr != nil, cur, mark)
 		e.Add(1)
 	}()
 	werr = write(ctx)
@@ -168,6 +169,7 @@ func (l *Loader[K, V]) InsertGenerated(ctx context.Context, write func(ctx conte
 	}
 	rolledBack, wrote := false, false
 	var werr error
+	mark := l.unsettled.mark() // a success settles the records made before the write
 	defer func() {
 		// Whatever write did (it may have panicked), add is closed now: a
 		// goroutine of write that calls it late gets an error rather than
@@ -186,7 +188,7 @@ func (l *Loader[K, V]) InsertGenerated(ctx context.Context, write func(ctx conte
 		unclear := !wrote || werr != nil
 		for _, a := range keys {
 			l.flight.forget(a.h, a.key)
-			l.noteOutcome(a.h, unclear, cur) // under writeMu, before the bump, as in Insert
+			l.noteOutcome(a.h, unclear, cur, mark) // under writeMu, before the bump, as in Insert
 			l.epoch(a.h).Add(1)
 		}
 	}()
@@ -241,13 +243,18 @@ func (l *Loader[K, V]) Delete(ctx context.Context, key K, write func(ctx context
 	defer l.writeMu.RUnlock()
 	cur := l.cur.Load()
 	removes := l.ready.load() != notReady && l.feed.Load() == nil
+	// The row the write finds settles the unknown outcomes recorded
+	// before it began, and no later one: an insert of the key that began
+	// after the row was gone may record one before write returns here,
+	// and its row, if it commits, must survive the rebuilds until then.
+	mark := l.unsettled.mark()
 	existed, err := write(ctx)
 	if err != nil || !existed {
 		return err
 	}
 	h := l.codec.hash(cur.g, key)
 	l.flight.forget(h, key)
-	l.unsettled.settled(h) // its row existed: the store settled any unknown outcome
+	l.unsettled.settledBefore(h, mark) // its row existed: the store settled the unknown outcomes before the write
 	if removes {
 		remove(cur, h)
 	}
@@ -265,16 +272,17 @@ func remove(v *view, h uint64) {
 // noteOutcome records how an insert of the key with hash h into view v
 // ended, for rebuilds: a write whose outcome is unknown (unclear: it
 // failed with an error that did not prove it wrote nothing, or panicked)
-// leaves its key unsettled; a write that succeeded settles it. It also
-// asks for the rebuild that v is waiting for (see view.recheckAt). The
-// caller holds writeMu.
-func (l *Loader[K, V]) noteOutcome(h uint64, unclear bool, v *view) {
+// leaves its key unsettled; a write that succeeded settles the records
+// of the key made up to mark, taken before the write began. It also asks
+// for the rebuild that v is waiting for (see view.recheckAt). The caller
+// holds writeMu.
+func (l *Loader[K, V]) noteOutcome(h uint64, unclear bool, v *view, mark uint64) {
 	if unclear {
 		if !l.cfg.forgetUnknown {
 			l.unsettled.record(h, l.cfg.now().UnixNano())
 		}
 	} else {
-		l.unsettled.settled(h)
+		l.unsettled.settledBefore(h, mark)
 	}
 	l.recheck(v)
 }
