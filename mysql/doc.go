@@ -39,22 +39,49 @@
 // within the max lag, before anything is known to be wrong. The server's
 // own heartbeat events prove only the connection, and are not used.
 //
+// # Resuming
+//
+// A session that ends for a lost connection, a server restart, another
+// binlog reader with the Follower's server id (error 4052), or a heartbeat
+// that does not come back within the deadline (a stalled route, a server
+// that stopped answering) leaves the Loader's guard as it was after the
+// last transaction it applied, and the deletions it still held. The next
+// session streams the binlog from that transaction instead of reading the
+// table, once it has proved the position belongs to the binlog it
+// followed: the server's @@server_id is the one the position was taken
+// on; the table's layout is the one its rows were decoded by; the binlog
+// file is still listed (where the user may run SHOW BINARY LOGS, which
+// needs BINLOG MONITOR) and reaches the position; the server's
+// gtid_binlog_pos is at or past the position's in each GTID domain (RESET
+// MASTER and a restored copy of the data directory move it back); and the
+// first transaction the stream sends is, byte for byte, the last one the
+// Follower applied (its GTID, where it begins and ends, and a hash of its
+// events), which is not applied again. The last check is the one that
+// tells a history reset or restored and then written past the position
+// from the one followed: the GTID at the position may even be the same.
+// The deletions held when the session ended are released once the new
+// session's marker is back (it is in the binlog after them). The Loader
+// passes lookups through from the end of one session until the marker of
+// the next is back.
+//
 // # Reading again
 //
-// A session ends, the Loader passes every lookup through, and the next
-// session reads the table again, after: a lost connection or a server
-// restart; a heartbeat that does not come back within the deadline
-// ([WithHeartbeatDeadline]), which a transaction whose commit takes
-// longer than the deadline causes too (every heartbeat waits behind it);
-// a binlog position the server no longer has
-// (purged: error 1236 at the first read); a DDL statement or TRUNCATE
-// that names the table (ALTER, RENAME, DROP and CREATE, TRUNCATE: the
-// binlog carries them as text, and the table's layout may change); a
-// write to the table in STATEMENT or MIXED format (its text names the
-// table; its rows are not in the binlog); an XA transaction or a
-// ROLLBACK TO SAVEPOINT around the table's rows; a transaction of more
-// than 2^20 keys; and the Loader's request for a fresh guard. Every
-// session reads the table: there is no resume from a saved position yet.
+// A session reads the table into a fresh guard (and the Loader passes
+// every lookup through until it is done and its marker is back) at the
+// first start, and after: a position it cannot prove (above), or one the
+// server cannot stream from (purged, reset, or in the middle of an event
+// of another history: error 1236 at the first read); a DDL statement or
+// TRUNCATE that names the table (ALTER, RENAME, DROP and CREATE,
+// TRUNCATE: the binlog carries them as text, and the table's layout may
+// change); a write to the table in STATEMENT or MIXED format (its text
+// names the table; its rows are not in the binlog); an XA transaction or
+// a ROLLBACK TO SAVEPOINT around the table's rows; a transaction of more
+// than 2^20 keys; a change the Loader refused; a session that ended
+// before it applied a single transaction (nothing proves its position);
+// and the Loader's request for a fresh guard. A transaction whose commit
+// takes longer than the heartbeat deadline holds back every heartbeat
+// behind it: the session is given up, and the next one resumes. Every
+// process start reads the table: there is no saved guard yet.
 //
 // # This process's own writes
 //

@@ -48,7 +48,8 @@ var discardLogger = slog.New(slog.DiscardHandler)
 // with, in [1, 2^32-1]. Every reader of a server's binlog (its replicas,
 // every Follower) needs an id of its own and other than the server's:
 // a second reader with the same id disconnects the first (error 4052),
-// and both then read the table again, over and over. The default is drawn
+// and two Followers with one id take the stream from each other, over and
+// over (each session resumes, but follows for moments only). The default is drawn
 // at random from [2^30, 2^31) for each Follower; give each process a
 // stable id of its own to rule a collision out. The id also names the
 // Follower's heartbeat row: with random ids each process start leaves a
@@ -77,7 +78,7 @@ func WithMaxLag(d time.Duration) Option {
 
 // WithHeartbeatDeadline sets how long the stream may deliver nothing
 // while a heartbeat is out before the Follower takes the connection for
-// dead and starts a new session (which reads the table again). The
+// dead and starts a new session (which resumes where it stopped). The
 // default is three heartbeats, at least [DefaultHeartbeatDeadline].
 func WithHeartbeatDeadline(d time.Duration) Option {
 	return func(c *config) { c.deadline = d }
