@@ -80,8 +80,21 @@
 // before it applied a single transaction (nothing proves its position);
 // and the Loader's request for a fresh guard. A transaction whose commit
 // takes longer than the heartbeat deadline holds back every heartbeat
-// behind it: the session is given up, and the next one resumes. Every
-// process start reads the table: there is no saved guard yet.
+// behind it: the session is given up, and the next one resumes.
+//
+// # Restarting from a saved guard
+//
+// With [WithSnapshotFile] the Follower saves its guard to a file, with the
+// position it reflects (the last transaction applied, as a resuming
+// session proves it) and the deletions it still holds, every
+// [WithSnapshotInterval] while the position moves and when Run returns.
+// The first session of a new process restores the guard from the file
+// and streams on from its position, without reading the table, after the
+// same proof as a resume; a file that is missing, damaged, of another
+// table, or whose position the server cannot prove, costs a read of the
+// table, never a wrong answer. A guard with a shard that passes lookups
+// through is not saved (its file is removed). The file is written to a
+// temporary file beside it, synced and renamed over it.
 //
 // # This process's own writes
 //
@@ -137,7 +150,8 @@
 //	loader, err := guarded.New(g, store)
 //	f, err := mysql.NewFollower(loader, "follower:pw@tcp(db:3306)/shop", "users", "id",
 //		func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) },
-//		mysql.WithServerID(replicaID)) // unique among the binlog's readers
+//		mysql.WithServerID(replicaID), // unique among the binlog's readers
+//		mysql.WithSnapshotFile("/var/lib/app/users.guard")) // optional: restart without reading the table
 //	go func() {
 //		if err := f.Run(ctx); err != nil && ctx.Err() == nil {
 //			logger.Error("follower", "error", err)

@@ -74,13 +74,19 @@ type Follower[K comparable] struct {
 	log       *slog.Logger
 
 	// Touched by Run's goroutine only.
-	feed       *guarded.Feed[K]
-	form       *keyForm            // the key column's form, as the last session read it
-	formCol    column              // the column form was made for
-	weights    map[string]*weights // by collation, as read from the server
-	resume     *resumePoint        // where the next session may stream from; nil: it reads the table
-	holds      holdings[K]         // deletions held until visible (visible.go)
-	readReason string              // why the next session reads the table, if it does
+	feed         *guarded.Feed[K]
+	form         *keyForm            // the key column's form, as the last session read it
+	formCol      column              // the column form was made for
+	weights      map[string]*weights // by collation, as read from the server
+	resume       *resumePoint        // where the next session may stream from; nil: it reads the table
+	holds        holdings[K]         // deletions held until visible (visible.go)
+	readReason   string              // why the next session reads the table, if it does
+	snapPath     string              // the snapshot file; "" for none
+	snapEvery    time.Duration
+	fileTried    bool         // a session has tried to start from the snapshot file
+	saved        time.Time    // when the file was last written (or tried)
+	durable      positionMark // the position the file has
+	degradedSaid bool
 
 	state     atomic.Int32
 	readyTill mono.Deadline // until when Following holds
@@ -90,6 +96,8 @@ type Follower[K comparable] struct {
 	beats     atomic.Int64
 	reads     atomic.Int64
 	resumes   atomic.Int64
+	restores  atomic.Int64
+	snapshots atomic.Int64
 	failures  atomic.Int64
 	mu        sync.Mutex // protects lastErr, position, readWhy
 	lastErr   error
@@ -115,7 +123,8 @@ var validName = regexp.MustCompile(`^[A-Za-z0-9_$]+$`)
 // a lookup in any text the server reads as the key finds it. NewFollower
 // checks its arguments only; Run checks the server and the column.
 func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, parse func(string) (K, error), opts ...Option) (*Follower[K], error) {
-	c := config{backoff: DefaultBackoff, heartbeat: DefaultHeartbeat, logger: discardLogger, heartbeatTable: DefaultHeartbeatTable}
+	c := config{backoff: DefaultBackoff, heartbeat: DefaultHeartbeat, logger: discardLogger, heartbeatTable: DefaultHeartbeatTable,
+		snapshotEvery: DefaultSnapshotInterval}
 	if err := options.Apply("mysql: NewFollower", &c, opts); err != nil {
 		return nil, err
 	}
@@ -135,6 +144,8 @@ func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, p
 			c.backoff, MaxBackoff, c.maxLag, c.heartbeat, c.deadline)
 	case c.logger == nil:
 		return nil, errors.New("mysql: WithLogger needs a logger")
+	case c.snapshotEvery <= 0:
+		return nil, fmt.Errorf("mysql: the snapshot interval %v must be positive", c.snapshotEvery)
 	}
 	srv, err := parseDSN(dsn)
 	if err != nil {
@@ -153,7 +164,8 @@ func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, p
 		heartbeat: c.heartbeat, deadline: c.deadline,
 		log:        c.logger.With(slog.Group("cuckooguard", slog.String("table", table))),
 		weights:    make(map[string]*weights),
-		readReason: "the first session"}
+		readReason: "the first session",
+		snapPath:   c.snapshotPath, snapEvery: c.snapshotEvery}
 	f.holds.drop()
 	return f, nil
 }
@@ -183,6 +195,7 @@ func (f *Follower[K]) Run(ctx context.Context) error {
 	}
 	f.feed = feed
 	defer feed.Detach()
+	defer f.saveOnExit() // before Detach: the guard is still the Loader's
 	first, delay := true, f.backoff
 	var logged string
 	for {
@@ -258,7 +271,9 @@ type Stats struct {
 	Applied     int64         // changes applied to the Loader from the binlog
 	Heartbeats  int64         // heartbeats written
 	FullReads   int64         // reads of the whole table
-	Resumes     int64         // sessions that resumed where the last one stopped, without reading the table
+	Resumes     int64         // sessions that resumed where the last one stopped (or the snapshot file), without reading the table
+	Restores    int64         // guards restored from the snapshot file
+	Snapshots   int64         // snapshot files written
 	Failures    int64         // sessions that ended
 	LastError   error         // why the last session ended
 	Position    string        // where the last session began: the read's file:pos and GTID, or the transaction it resumed after
@@ -281,7 +296,7 @@ func (f *Follower[K]) Stats() Stats {
 		asOf = time.Unix(0, n)
 	}
 	return Stats{State: st, Lag: time.Duration(f.rtt.Load()), CurrentAsOf: asOf, Applied: f.applied.Load(), Heartbeats: f.beats.Load(),
-		FullReads: f.reads.Load(), Resumes: f.resumes.Load(), Failures: f.failures.Load(), LastError: f.lastErr, Position: f.position, ReadReason: f.readWhy, ServerID: f.serverID}
+		FullReads: f.reads.Load(), Resumes: f.resumes.Load(), Restores: f.restores.Load(), Snapshots: f.snapshots.Load(), Failures: f.failures.Load(), LastError: f.lastErr, Position: f.position, ReadReason: f.readWhy, ServerID: f.serverID}
 }
 
 // grant makes the Loader ready until the max lag after sent, when the

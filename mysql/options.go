@@ -20,6 +20,8 @@ type config struct {
 	logger         *slog.Logger
 	heartbeatTable string
 	keyText        any // func(K) string of the Follower's K; nil: keyTextOf
+	snapshotPath   string
+	snapshotEvery  time.Duration
 }
 
 // Defaults of the Follower options.
@@ -39,6 +41,9 @@ const (
 	// DefaultHeartbeatTable is the table of the Follower's heartbeat row,
 	// in the DSN's database.
 	DefaultHeartbeatTable = "cuckooguard_heartbeat"
+	// DefaultSnapshotInterval is how often a Follower with a snapshot file
+	// saves its guard, while its position moves.
+	DefaultSnapshotInterval = time.Minute
 )
 
 // discardLogger is the Follower's logger unless WithLogger sets one.
@@ -106,6 +111,33 @@ func WithLogger(l *slog.Logger) Option {
 // server id (INSERT and UPDATE).
 func WithHeartbeatTable(name string) Option {
 	return func(c *config) { c.heartbeatTable = name }
+}
+
+// WithSnapshotFile makes the Follower save its guard to path, with the
+// binlog position it reflects and the deletions it still holds, every
+// [WithSnapshotInterval] while the position moves and when Run returns;
+// and start from it: a new process with the same file restores the guard
+// and streams the binlog from that position, without reading the table,
+// once it has proved the position as a resuming session does (the package
+// doc's "Resuming"). A file that is missing, unreadable, of another table,
+// server or layout, or whose position the server's binlog no longer holds
+// or holds in another history, is not used: the Follower reads the table,
+// logs why, and counts it (Stats.FullReads, Stats.ReadReason). The file
+// is written atomically: a temporary file in path's directory, synced,
+// renamed over path. A guard that passes some lookups through (a shard
+// that could not take a key) is not saved; its file is removed. The
+// default is no file.
+func WithSnapshotFile(path string) Option {
+	return func(c *config) { c.snapshotPath = path }
+}
+
+// WithSnapshotInterval sets how often the Follower saves its guard to the
+// snapshot file while its position moves. The default is
+// [DefaultSnapshotInterval]. Each save writes the whole guard (a few
+// bytes per key) between two transactions, and applies nothing
+// meanwhile.
+func WithSnapshotInterval(d time.Duration) Option {
+	return func(c *config) { c.snapshotEvery = d }
 }
 
 // WithKeyText sets how the Follower writes a key of its type K as text,

@@ -218,9 +218,14 @@ func (f *Follower[K]) read(ctx context.Context, read *client.Conn, col column) (
 }
 
 // resumable returns the position the session may stream from instead of
-// reading the table, if the last session left one and nothing the server says of itself
+// reading the table, if the last session (or, at the first session to
+// get this far, the snapshot file) left one and nothing the server says of itself
 // refutes it (resume.go); nil otherwise, with the reason in readReason.
 func (f *Follower[K]) resumable(ctx context.Context, src source, col column) *resumePoint {
+	if f.resume == nil && f.snapPath != "" && !f.fileTried {
+		f.fileTried = true
+		f.restore(ctx, src, col)
+	}
 	p := f.resume
 	if p == nil {
 		return nil

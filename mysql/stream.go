@@ -406,6 +406,7 @@ func (s *session[K]) commit(now time.Time, end uint32) error {
 		return err
 	}
 	s.applied(end)
+	f.maybeSave(now)
 	return nil
 }
 

@@ -37,7 +37,7 @@ import (
 // (resume.go), releases them once its own marker is back (the marker is
 // in the binlog after every one of them). A full read drops them: its
 // fresh guard is read after they became visible, or its stream brings
-// them again.
+// them again. The snapshot file saves them with the guard (save.go).
 
 // holdings are the deletions held until visible, and how creations since
 // have cancelled them. Touched by Run's goroutine only.
@@ -75,6 +75,24 @@ func (h *holdings[K]) cancel(k K) bool {
 	}
 	h.cancelled[k]++
 	return true
+}
+
+// uncancelled returns the held deletions no creation has cancelled, in
+// binlog order: what releasing every held deletion would remove.
+func (h *holdings[K]) uncancelled() []K {
+	skip := make(map[K]int, len(h.cancelled))
+	for k, n := range h.cancelled {
+		skip[k] = n
+	}
+	var out []K
+	for _, k := range h.held {
+		if skip[k] > 0 {
+			skip[k]--
+			continue
+		}
+		out = append(out, k)
+	}
+	return out
 }
 
 // create applies a committed creation of k: it cancels a held deletion of
