@@ -67,6 +67,7 @@ type Follower[K comparable] struct {
 	text      func(K) string
 	serverID  uint32
 	hbTable   string
+	tagTable  string
 	backoff   time.Duration
 	maxLag    time.Duration
 	heartbeat time.Duration
@@ -87,6 +88,10 @@ type Follower[K comparable] struct {
 	saved        time.Time    // when the file was last written (or tried)
 	durable      positionMark // the position the file has
 	degradedSaid bool
+	tagSaid      bool // a session has logged that it cannot create the tag table
+
+	run     atomic.Pointer[string]  // this run's tag (tag.go)
+	formNow atomic.Pointer[keyForm] // form, for Tag
 
 	state     atomic.Int32
 	readyTill mono.Deadline // until when Following holds
@@ -97,6 +102,7 @@ type Follower[K comparable] struct {
 	reads     atomic.Int64
 	resumes   atomic.Int64
 	restores  atomic.Int64
+	skipped   atomic.Int64
 	snapshots atomic.Int64
 	failures  atomic.Int64
 	mu        sync.Mutex // protects lastErr, position, readWhy
@@ -124,7 +130,7 @@ var validName = regexp.MustCompile(`^[A-Za-z0-9_$]+$`)
 // checks its arguments only; Run checks the server and the column.
 func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, parse func(string) (K, error), opts ...Option) (*Follower[K], error) {
 	c := config{backoff: DefaultBackoff, heartbeat: DefaultHeartbeat, logger: discardLogger, heartbeatTable: DefaultHeartbeatTable,
-		snapshotEvery: DefaultSnapshotInterval}
+		tagTable: DefaultTagTable, snapshotEvery: DefaultSnapshotInterval}
 	if err := options.Apply("mysql: NewFollower", &c, opts); err != nil {
 		return nil, err
 	}
@@ -135,10 +141,11 @@ func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, p
 	switch {
 	case loader == nil || parse == nil || table == "" || keyColumn == "":
 		return nil, errors.New("mysql: NewFollower needs a loader, a table, a key column and a parse function")
-	case !validName.MatchString(table) || !validName.MatchString(keyColumn) || !validName.MatchString(c.heartbeatTable):
-		return nil, fmt.Errorf("mysql: NewFollower: table %q, key column %q and heartbeat table %q must be plain names (letters, digits, _ and $)", table, keyColumn, c.heartbeatTable)
-	case table == c.heartbeatTable:
-		return nil, fmt.Errorf("mysql: NewFollower: table %s is the heartbeat table", table)
+	case !validName.MatchString(table) || !validName.MatchString(keyColumn) || !validName.MatchString(c.heartbeatTable) || !validName.MatchString(c.tagTable):
+		return nil, fmt.Errorf("mysql: NewFollower: table %q, key column %q, heartbeat table %q and tag table %q must be plain names (letters, digits, _ and $)",
+			table, keyColumn, c.heartbeatTable, c.tagTable)
+	case table == c.heartbeatTable || table == c.tagTable || c.heartbeatTable == c.tagTable:
+		return nil, fmt.Errorf("mysql: NewFollower: table %s, heartbeat table %s and tag table %s must be three tables", table, c.heartbeatTable, c.tagTable)
 	case c.backoff <= 0 || c.backoff > MaxBackoff || c.maxLag <= 0 || c.heartbeat <= 0 || c.deadline <= c.heartbeat:
 		return nil, fmt.Errorf("mysql: backoff %v must be in (0, %v], max lag %v and heartbeat %v positive, and the heartbeat deadline %v longer than the heartbeat",
 			c.backoff, MaxBackoff, c.maxLag, c.heartbeat, c.deadline)
@@ -160,13 +167,14 @@ func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, p
 		id = randomServerID()
 	}
 	f := &Follower[K]{loader: loader, srv: srv, table: table, key: keyColumn, parse: parse, text: text,
-		serverID: id, hbTable: c.heartbeatTable, backoff: c.backoff, maxLag: c.maxLag,
+		serverID: id, hbTable: c.heartbeatTable, tagTable: c.tagTable, backoff: c.backoff, maxLag: c.maxLag,
 		heartbeat: c.heartbeat, deadline: c.deadline,
 		log:        c.logger.With(slog.Group("cuckooguard", slog.String("table", table))),
 		weights:    make(map[string]*weights),
 		readReason: "the first session",
 		snapPath:   c.snapshotPath, snapEvery: c.snapshotEvery}
 	f.holds.drop()
+	f.newRun()
 	return f, nil
 }
 
@@ -274,6 +282,7 @@ type Stats struct {
 	Resumes     int64         // sessions that resumed where the last one stopped (or the snapshot file), without reading the table
 	Restores    int64         // guards restored from the snapshot file
 	Snapshots   int64         // snapshot files written
+	Skipped     int64         // inserts skipped as this process's own (Follower.Tag)
 	Failures    int64         // sessions that ended
 	LastError   error         // why the last session ended
 	Position    string        // where the last session began: the read's file:pos and GTID, or the transaction it resumed after
@@ -296,7 +305,7 @@ func (f *Follower[K]) Stats() Stats {
 		asOf = time.Unix(0, n)
 	}
 	return Stats{State: st, Lag: time.Duration(f.rtt.Load()), CurrentAsOf: asOf, Applied: f.applied.Load(), Heartbeats: f.beats.Load(),
-		FullReads: f.reads.Load(), Resumes: f.resumes.Load(), Restores: f.restores.Load(), Snapshots: f.snapshots.Load(), Failures: f.failures.Load(), LastError: f.lastErr, Position: f.position, ReadReason: f.readWhy, ServerID: f.serverID}
+		FullReads: f.reads.Load(), Resumes: f.resumes.Load(), Restores: f.restores.Load(), Snapshots: f.snapshots.Load(), Skipped: f.skipped.Load(), Failures: f.failures.Load(), LastError: f.lastErr, Position: f.position, ReadReason: f.readWhy, ServerID: f.serverID}
 }
 
 // grant makes the Loader ready until the max lag after sent, when the

@@ -19,6 +19,7 @@ type config struct {
 	deadline       time.Duration
 	logger         *slog.Logger
 	heartbeatTable string
+	tagTable       string
 	keyText        any // func(K) string of the Follower's K; nil: keyTextOf
 	snapshotPath   string
 	snapshotEvery  time.Duration
@@ -41,6 +42,9 @@ const (
 	// DefaultHeartbeatTable is the table of the Follower's heartbeat row,
 	// in the DSN's database.
 	DefaultHeartbeatTable = "cuckooguard_heartbeat"
+	// DefaultTagTable is the table of the rows that [Follower.Tag] writes,
+	// in the DSN's database.
+	DefaultTagTable = "cuckooguard_tag"
 	// DefaultSnapshotInterval is how often a Follower with a snapshot file
 	// saves its guard, while its position moves.
 	DefaultSnapshotInterval = time.Minute
@@ -138,6 +142,16 @@ func WithSnapshotFile(path string) Option {
 // meanwhile.
 func WithSnapshotInterval(d time.Duration) Option {
 	return func(c *config) { c.snapshotEvery = d }
+}
+
+// WithTagTable sets the table that [Follower.Tag] writes its rows to (and
+// deletes them from, in the same transaction), in the DSN's database; the
+// default is [DefaultTagTable]. The Follower creates it at its first
+// session if it is missing and its user may (CREATE TABLE IF NOT EXISTS);
+// the writers' user needs INSERT and DELETE on it. Every process that
+// follows the table with tags must name the same tag table.
+func WithTagTable(name string) Option {
+	return func(c *config) { c.tagTable = name }
 }
 
 // WithKeyText sets how the Follower writes a key of its type K as text,

@@ -129,6 +129,13 @@ func (f *Follower[K]) restore(ctx context.Context, src source, col column) {
 		return
 	}
 	g = nil // the Loader's now
+	// The Inserts that ran before Replace added their keys to the guard it
+	// closed, and tagged their writes with the run's tag until now: those
+	// must be applied from the stream, not skipped. Replace waited for
+	// them (and held the later ones back), so a new run tells them apart;
+	// an Insert that starts between Replace and here gets one extra copy
+	// (applied, and added), never none.
+	f.newRun()
 	p := h.at
 	f.resume = &p
 	f.holds.drop()

@@ -117,6 +117,10 @@ func (f *Follower[K]) follow(ctx context.Context, following *time.Time) error {
 	if err != nil {
 		return err
 	}
+	tagOrdinal, err := f.tagTableOrdinal(read)
+	if err != nil {
+		return err
+	}
 	src, err := readSource(read)
 	if err != nil {
 		return err
@@ -179,7 +183,7 @@ func (f *Follower[K]) follow(ctx context.Context, following *time.Time) error {
 		_ = streamConn.SetDeadline(time.Time{})
 	}
 	s := &session[K]{f: f, at: at, src: src, col: col, verify: verify, file: at.Name, pos: pos, hash: xxh3.New(),
-		hbOrdinal: hbOrdinal, token: newToken(), following: following}
+		hbOrdinal: hbOrdinal, tagOrdinal: tagOrdinal, token: newToken(), following: following}
 	return s.run(ctx, stream, hb, stmt)
 }
 

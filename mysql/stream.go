@@ -14,17 +14,20 @@ import (
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
 	"github.com/zeebo/xxh3"
+
+	"github.com/cuckooguard/cuckooguard/guarded"
 )
 
 // session is one stream's worth of following.
 type session[K comparable] struct {
-	f         *Follower[K]
-	at        gomysql.Position // where the stream started
-	src       source           // the server, as the session found it
-	col       column
-	hbOrdinal int
-	token     string
-	following *time.Time
+	f          *Follower[K]
+	at         gomysql.Position // where the stream started
+	src        source           // the server, as the session found it
+	col        column
+	hbOrdinal  int
+	tagOrdinal int // of the tag table's tag column; -1: no tag table
+	token      string
+	following  *time.Time
 
 	// Where the stream is: the binlog file, the GTID position after the
 	// last transaction applied, and the transaction open now: where it
@@ -40,6 +43,7 @@ type session[K comparable] struct {
 
 	creations, deletions []K
 	beats                []string // heartbeat payloads of the open transaction
+	tags                 []string // tags of the open transaction (tag.go)
 	overflow             bool     // the open transaction held more than maxTxKeys keys
 
 	// Deletions wait until the server has made them visible (visible.go):
@@ -239,7 +243,7 @@ func (s *session[K]) query(q string, now time.Time, end uint32) error {
 	case upper == "ROLLBACK":
 		// A transaction that wrote a non-transactional table: its
 		// transactional rows were rolled back.
-		s.creations, s.deletions, s.beats, s.overflow = s.creations[:0], s.deletions[:0], s.beats[:0], false
+		s.creations, s.deletions, s.beats, s.tags, s.overflow = s.creations[:0], s.deletions[:0], s.beats[:0], s.tags[:0], false
 		return nil
 	case strings.HasPrefix(upper, "XA ") || strings.HasPrefix(upper, "SAVEPOINT") || strings.HasPrefix(upper, "ROLLBACK TO"):
 		if len(s.creations)+len(s.deletions) > 0 || strings.HasPrefix(upper, "XA COMMIT") {
@@ -267,6 +271,8 @@ func (s *session[K]) rows(t replication.EventType, e *replication.RowsEvent) err
 	case s.col.table:
 	case s.f.hbTable:
 		return s.heartbeatRows(t, e)
+	case s.f.tagTable:
+		return s.tagRows(t, e)
 	default:
 		return nil
 	}
@@ -371,6 +377,26 @@ func (s *session[K]) heartbeatRows(t replication.EventType, e *replication.RowsE
 	return nil
 }
 
+// tagRows holds the tags of the open transaction: the tag table's
+// inserted rows (their deletion, in the same transaction, is no tag).
+func (s *session[K]) tagRows(t replication.EventType, e *replication.RowsEvent) error {
+	if kindOf(t) != insertRows || s.tagOrdinal < 0 {
+		return nil
+	}
+	for _, row := range e.Rows {
+		if s.tagOrdinal >= len(row) {
+			continue
+		}
+		switch v := row[s.tagOrdinal].(type) {
+		case []byte:
+			s.tags = append(s.tags, string(v))
+		case string:
+			s.tags = append(s.tags, strings.Clone(v))
+		}
+	}
+	return nil
+}
+
 // commit applies the open transaction, which ends at end in the binlog:
 // its creations at once, its deletions once the server has made them
 // visible (after the creations, so a key created and deleted in it is
@@ -384,11 +410,27 @@ func (s *session[K]) commit(now time.Time, end uint32) error {
 	// The creations first: a held deletion of one of their keys, an
 	// earlier transaction's, is cancelled by it; this transaction's own
 	// deletions are held after them.
+	own := f.own(s.tags)
 	for _, k := range s.creations {
+		if own[k] > 0 {
+			// This process's Loader added the key before the write.
+			own[k]--
+			f.skipped.Add(1)
+			if f.holds.cancel(k) {
+				// The Loader added this creation's copy: the held
+				// deletion it cancels takes one copy now.
+				if err := s.apply(guarded.Change[K]{Key: k, Deleted: true}); err != nil {
+					return err
+				}
+			}
+			continue
+		}
 		if err := s.create(k); err != nil {
 			return err
 		}
 	}
+	clear(s.tags)
+	s.tags = s.tags[:0]
 	if len(f.holds.held)+len(s.deletions) > maxTxKeys {
 		return fmt.Errorf("%w: more than %d deletions wait to be visible", errBigTransaction, maxTxKeys)
 	}
