@@ -2,7 +2,8 @@
 // MariaDB table, from the server's row-based binary log.
 //
 // A [Follower] per process applies the table's changes to its
-// guarded.Loader. Each session reads every key of the table inside
+// guarded.Loader. Its first session (and one that cannot resume: see
+// "Resuming") reads every key of the table inside
 // START TRANSACTION WITH CONSISTENT SNAPSHOT and takes the binlog position
 // from that same transaction (MariaDB's binlog_snapshot_file and
 // binlog_snapshot_position, and the GTID at it with BINLOG_GTID_POS), so
