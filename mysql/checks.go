@@ -1,8 +1,10 @@
 package mysql
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/go-mysql-org/go-mysql/client"
@@ -52,6 +54,7 @@ func (f *Follower[K]) useForm(read *client.Conn, col column) error {
 		return err
 	}
 	f.form, f.formCol = form, col
+	f.formNow.Store(form)
 	f.feed.SetKeyRule(func(k K) (K, error) {
 		text, err := form.canon(f.text(k))
 		if err != nil {
@@ -80,6 +83,32 @@ func (f *Follower[K]) heartbeatTable(c *client.Conn) (int, error) {
 	}
 	if !strings.EqualFold(col.engine, "InnoDB") {
 		return 0, fmt.Errorf("%w: the heartbeat table %s must be InnoDB", ErrSetup, f.hbTable)
+	}
+	return col.ordinal, nil
+}
+
+// tagTableOrdinal creates the tag table if missing and its user may, and
+// returns the position of its tag column; -1 if there is no tag table
+// (tags are then not read: each insert through the Loader costs a copy).
+// As with the heartbeat table, it writes no DDL when the table exists.
+func (f *Follower[K]) tagTableOrdinal(c *client.Conn) (int, error) {
+	col, err := describe(c, f.srv.db, f.tagTable, "tag")
+	if errors.Is(err, ErrSetup) {
+		if _, err := c.Execute("CREATE TABLE IF NOT EXISTS `" + f.tagTable + "` (id BIGINT NOT NULL PRIMARY KEY, tag MEDIUMBLOB NOT NULL) ENGINE=InnoDB"); err != nil {
+			if !f.tagSaid {
+				f.tagSaid = true
+				f.log.LogAttrs(context.Background(), slog.LevelWarn, "cuckooguard: follower cannot create the tag table; Follower.Tag fails until it exists",
+					slog.String("tag_table", f.tagTable), slog.Any("error", privilege(err)))
+			}
+			return -1, nil
+		}
+		col, err = describe(c, f.srv.db, f.tagTable, "tag")
+	}
+	if err != nil {
+		return 0, err
+	}
+	if !strings.EqualFold(col.engine, "InnoDB") {
+		return 0, fmt.Errorf("%w: the tag table %s must be InnoDB", ErrSetup, f.tagTable)
 	}
 	return col.ordinal, nil
 }

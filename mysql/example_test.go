@@ -2,6 +2,7 @@ package mysql_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"log/slog"
 	"strconv"
@@ -41,4 +42,34 @@ func ExampleFollower() {
 	}()
 	// Handlers call loader.Get(ctx, id): an id the guard has never seen is
 	// ErrNotFound without a query, once the follower follows.
+}
+
+// ExampleFollower_Tag inserts a row through the Loader, naming its key in
+// the transaction, so that the follower does not add it a second time
+// when the binlog brings it. It needs a server, so it only compiles here.
+func ExampleFollower_Tag() {
+	ctx := context.Background()
+	var (
+		db     *sql.DB                        // sql.Open("mysql", dsn) with a MySQL driver
+		loader *guarded.Loader[int64, string] // as in ExampleFollower
+		f      *mysql.Follower[int64]         // the Follower of loader
+	)
+	id, name := int64(42), "Ada"
+	err := loader.Insert(ctx, id, func(ctx context.Context) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback() //nolint:errcheck // after Commit, a no-op
+		if _, err := tx.ExecContext(ctx, "INSERT INTO users (id, name) VALUES (?, ?)", id, name); err != nil {
+			return err
+		}
+		if err := f.Tag(ctx, tx, id); err != nil {
+			return err
+		}
+		return tx.Commit()
+	})
+	if err != nil {
+		slog.Error("insert", "error", err)
+	}
 }

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+
 	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/internal/mono"
 	"github.com/cuckooguard/cuckooguard/internal/options"
@@ -65,6 +67,7 @@ type Follower[K comparable] struct {
 	text      func(K) string
 	serverID  uint32
 	hbTable   string
+	tagTable  string
 	backoff   time.Duration
 	maxLag    time.Duration
 	heartbeat time.Duration
@@ -72,10 +75,23 @@ type Follower[K comparable] struct {
 	log       *slog.Logger
 
 	// Touched by Run's goroutine only.
-	feed    *guarded.Feed[K]
-	form    *keyForm            // the key column's form, as the last session read it
-	formCol column              // the column form was made for
-	weights map[string]*weights // by collation, as read from the server
+	feed         *guarded.Feed[K]
+	form         *keyForm            // the key column's form, as the last session read it
+	formCol      column              // the column form was made for
+	weights      map[string]*weights // by collation, as read from the server
+	resume       *resumePoint        // where the next session may stream from; nil: it reads the table
+	holds        holdings[K]         // deletions held until visible (visible.go)
+	readReason   string              // why the next session reads the table, if it does
+	snapPath     string              // the snapshot file; "" for none
+	snapEvery    time.Duration
+	fileTried    bool         // a session has tried to start from the snapshot file
+	saved        time.Time    // when the file was last written (or tried)
+	durable      positionMark // the position the file has
+	degradedSaid bool
+	tagSaid      bool // a session has logged that it cannot create the tag table
+
+	run     atomic.Pointer[string]  // this run's tag (tag.go)
+	formNow atomic.Pointer[keyForm] // form, for Tag
 
 	state     atomic.Int32
 	readyTill mono.Deadline // until when Following holds
@@ -84,10 +100,15 @@ type Follower[K comparable] struct {
 	applied   atomic.Int64
 	beats     atomic.Int64
 	reads     atomic.Int64
+	resumes   atomic.Int64
+	restores  atomic.Int64
+	skipped   atomic.Int64
+	snapshots atomic.Int64
 	failures  atomic.Int64
-	mu        sync.Mutex // protects lastErr, position
+	mu        sync.Mutex // protects lastErr, position, readWhy
 	lastErr   error
-	position  string // file:pos and GTID where the last read met the stream
+	position  string // where the last session began
+	readWhy   string // why the last read of the table happened
 }
 
 // validName is a table or column name the Follower quotes itself.
@@ -108,7 +129,8 @@ var validName = regexp.MustCompile(`^[A-Za-z0-9_$]+$`)
 // a lookup in any text the server reads as the key finds it. NewFollower
 // checks its arguments only; Run checks the server and the column.
 func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, parse func(string) (K, error), opts ...Option) (*Follower[K], error) {
-	c := config{backoff: DefaultBackoff, heartbeat: DefaultHeartbeat, logger: discardLogger, heartbeatTable: DefaultHeartbeatTable}
+	c := config{backoff: DefaultBackoff, heartbeat: DefaultHeartbeat, logger: discardLogger, heartbeatTable: DefaultHeartbeatTable,
+		tagTable: DefaultTagTable, snapshotEvery: DefaultSnapshotInterval}
 	if err := options.Apply("mysql: NewFollower", &c, opts); err != nil {
 		return nil, err
 	}
@@ -119,15 +141,18 @@ func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, p
 	switch {
 	case loader == nil || parse == nil || table == "" || keyColumn == "":
 		return nil, errors.New("mysql: NewFollower needs a loader, a table, a key column and a parse function")
-	case !validName.MatchString(table) || !validName.MatchString(keyColumn) || !validName.MatchString(c.heartbeatTable):
-		return nil, fmt.Errorf("mysql: NewFollower: table %q, key column %q and heartbeat table %q must be plain names (letters, digits, _ and $)", table, keyColumn, c.heartbeatTable)
-	case table == c.heartbeatTable:
-		return nil, fmt.Errorf("mysql: NewFollower: table %s is the heartbeat table", table)
+	case !validName.MatchString(table) || !validName.MatchString(keyColumn) || !validName.MatchString(c.heartbeatTable) || !validName.MatchString(c.tagTable):
+		return nil, fmt.Errorf("mysql: NewFollower: table %q, key column %q, heartbeat table %q and tag table %q must be plain names (letters, digits, _ and $)",
+			table, keyColumn, c.heartbeatTable, c.tagTable)
+	case table == c.heartbeatTable || table == c.tagTable || c.heartbeatTable == c.tagTable:
+		return nil, fmt.Errorf("mysql: NewFollower: table %s, heartbeat table %s and tag table %s must be three tables", table, c.heartbeatTable, c.tagTable)
 	case c.backoff <= 0 || c.backoff > MaxBackoff || c.maxLag <= 0 || c.heartbeat <= 0 || c.deadline <= c.heartbeat:
 		return nil, fmt.Errorf("mysql: backoff %v must be in (0, %v], max lag %v and heartbeat %v positive, and the heartbeat deadline %v longer than the heartbeat",
 			c.backoff, MaxBackoff, c.maxLag, c.heartbeat, c.deadline)
 	case c.logger == nil:
 		return nil, errors.New("mysql: WithLogger needs a logger")
+	case c.snapshotEvery <= 0:
+		return nil, fmt.Errorf("mysql: the snapshot interval %v must be positive", c.snapshotEvery)
 	}
 	srv, err := parseDSN(dsn)
 	if err != nil {
@@ -141,24 +166,33 @@ func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, p
 	if id == 0 {
 		id = randomServerID()
 	}
-	return &Follower[K]{loader: loader, srv: srv, table: table, key: keyColumn, parse: parse, text: text,
-		serverID: id, hbTable: c.heartbeatTable, backoff: c.backoff, maxLag: c.maxLag,
+	f := &Follower[K]{loader: loader, srv: srv, table: table, key: keyColumn, parse: parse, text: text,
+		serverID: id, hbTable: c.heartbeatTable, tagTable: c.tagTable, backoff: c.backoff, maxLag: c.maxLag,
 		heartbeat: c.heartbeat, deadline: c.deadline,
-		log:     c.logger.With(slog.Group("cuckooguard", slog.String("table", table))),
-		weights: make(map[string]*weights)}, nil
+		log:        c.logger.With(slog.Group("cuckooguard", slog.String("table", table))),
+		weights:    make(map[string]*weights),
+		readReason: "the first session",
+		snapPath:   c.snapshotPath, snapEvery: c.snapshotEvery}
+	f.holds.drop()
+	f.newRun()
+	return f, nil
 }
 
 // Run follows the table until ctx ends, reconnecting after failures, and
-// returns ctx.Err(). Each session checks the server and the table, reads
-// every key in a consistent snapshot into a fresh guard, streams the
+// returns ctx.Err(). The first session checks the server and the table,
+// reads every key in a consistent snapshot into a fresh guard, streams the
 // binlog from the snapshot's own position, and marks the Loader ready
-// once its marker is back; a lost connection, a DDL statement or
-// TRUNCATE on the table, a purged binlog or a heartbeat that does not
-// come back ends the session, and the next one reads the table again.
-// Until a session follows, and between sessions, the Loader passes every
-// lookup through. Run returns an error at once if the Loader has another
-// change feed, and after its first session if that session found a setup
-// that cannot work ([ErrSetup], [ErrKeyType]).
+// once its marker is back. After a lost connection, a server restart,
+// another reader with the Follower's server id or a heartbeat that does
+// not come back, the next session resumes from the last transaction it
+// applied, without reading the table, if it can prove that the server's
+// binlog is still the one it followed (the package doc's "Resuming");
+// after DDL or TRUNCATE on the table, a purged or reset binlog, or a
+// position it cannot prove, it reads the table again. Until a session
+// follows, and between sessions, the Loader passes every lookup through.
+// Run returns an error at once if the Loader has another change feed, and
+// after its first session if that session found a setup that cannot work
+// ([ErrSetup], [ErrKeyType]).
 func (f *Follower[K]) Run(ctx context.Context) error {
 	if ctx == nil {
 		return errors.New("mysql: Follower.Run: ctx is nil")
@@ -169,6 +203,7 @@ func (f *Follower[K]) Run(ctx context.Context) error {
 	}
 	f.feed = feed
 	defer feed.Detach()
+	defer f.saveOnExit() // before Detach: the guard is still the Loader's
 	first, delay := true, f.backoff
 	var logged string
 	for {
@@ -178,7 +213,18 @@ func (f *Follower[K]) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if followed > f.deadline || errors.Is(err, errTableChanged) || errors.Is(err, errBigTransaction) || errors.Is(err, errResync) {
+		again := readAgain(err)
+		if sessionEnded != nil && f.resume != nil && !again {
+			sessionEnded(*f.resume)
+		}
+		switch {
+		case again:
+			f.resume = nil
+			f.readReason = err.Error()
+		case f.resume == nil:
+			f.readReason = "the last session ended before it applied a transaction: " + err.Error()
+		}
+		if followed > f.deadline || errors.Is(err, errTableChanged) || errors.Is(err, errBigTransaction) || errors.Is(err, errResync) || errors.Is(err, errHistory) {
 			delay, logged = f.backoff, "" // a healthy session: start the delays over
 		}
 		f.failures.Add(1)
@@ -190,7 +236,7 @@ func (f *Follower[K]) Run(ctx context.Context) error {
 			return err
 		}
 		first = false
-		if errors.Is(err, errTableChanged) || errors.Is(err, errBigTransaction) || errors.Is(err, errResync) {
+		if errors.Is(err, errTableChanged) || errors.Is(err, errBigTransaction) || errors.Is(err, errResync) || errors.Is(err, errHistory) {
 			f.log.LogAttrs(ctx, slog.LevelInfo, "cuckooguard: follower reads the table again", slog.Any("error", err))
 			continue
 		}
@@ -199,7 +245,7 @@ func (f *Follower[K]) Run(ctx context.Context) error {
 		if msg := err.Error(); msg != logged {
 			logged = msg
 			f.log.LogAttrs(ctx, slog.LevelWarn, "cuckooguard: follower session failed; lookups pass through until it follows again",
-				slog.Any("error", err), slog.Duration("retry_in", d), slog.Duration("followed", followed))
+				slog.Any("error", err), slog.Duration("retry_in", d), slog.Duration("followed", followed), slog.Bool("resumes", f.resume != nil))
 		}
 		t := time.NewTimer(d)
 		select {
@@ -211,6 +257,19 @@ func (f *Follower[K]) Run(ctx context.Context) error {
 	}
 }
 
+// readAgain reports whether a session that ended with err leaves nothing
+// the next one may resume from: the table changed, the Loader wants a
+// fresh guard, the binlog is not the one followed (or cannot be read from
+// the position: error 1236), or the setup is wrong. A lost connection,
+// a server restart, error 4052 and a heartbeat deadline leave the guard
+// as it was after the last transaction applied.
+func readAgain(err error) bool {
+	var me *gomysql.MyError
+	return errors.Is(err, errTableChanged) || errors.Is(err, errBigTransaction) || errors.Is(err, errResync) ||
+		errors.Is(err, errHistory) || errors.Is(err, ErrSetup) || errors.Is(err, ErrKeyType) ||
+		errors.As(err, &me) && me.Code == gomysql.ER_MASTER_FATAL_ERROR_READING_BINLOG
+}
+
 // Stats is what a Follower has done. It is not a snapshot: each field is
 // read on its own.
 type Stats struct {
@@ -220,9 +279,14 @@ type Stats struct {
 	Applied     int64         // changes applied to the Loader from the binlog
 	Heartbeats  int64         // heartbeats written
 	FullReads   int64         // reads of the whole table
+	Resumes     int64         // sessions that resumed where the last one stopped (or the snapshot file), without reading the table
+	Restores    int64         // guards restored from the snapshot file
+	Snapshots   int64         // snapshot files written
+	Skipped     int64         // inserts skipped as this process's own (Follower.Tag)
 	Failures    int64         // sessions that ended
 	LastError   error         // why the last session ended
-	Position    string        // where the last read met the binlog: file:pos and GTID
+	Position    string        // where the last session began: the read's file:pos and GTID, or the transaction it resumed after
+	ReadReason  string        // why the last read of the whole table happened
 	ServerID    uint32        // the binlog stream's server id
 }
 
@@ -241,7 +305,7 @@ func (f *Follower[K]) Stats() Stats {
 		asOf = time.Unix(0, n)
 	}
 	return Stats{State: st, Lag: time.Duration(f.rtt.Load()), CurrentAsOf: asOf, Applied: f.applied.Load(), Heartbeats: f.beats.Load(),
-		FullReads: f.reads.Load(), Failures: f.failures.Load(), LastError: f.lastErr, Position: f.position, ServerID: f.serverID}
+		FullReads: f.reads.Load(), Resumes: f.resumes.Load(), Restores: f.restores.Load(), Snapshots: f.snapshots.Load(), Skipped: f.skipped.Load(), Failures: f.failures.Load(), LastError: f.lastErr, Position: f.position, ReadReason: f.readWhy, ServerID: f.serverID}
 }
 
 // grant makes the Loader ready until the max lag after sent, when the

@@ -1,8 +1,6 @@
 package mysql
 
 import (
-	"context"
-	"fmt"
 	"testing"
 )
 
@@ -46,41 +44,4 @@ func TestFollowerFollows(t *testing.T) {
 	if absent < 590 {
 		t.Fatalf("%d of 600 deleted or moved keys read absent, want nearly all", absent)
 	}
-}
-
-// TestOwnInserts writes rows through the Loader's Insert: each key reads
-// present from the moment Insert returns, and the stream adds its key
-// again (this module has no Tag yet), so after the rows are deleted the
-// keys still read present: a false positive each, never a wrong 404.
-func TestOwnInserts(t *testing.T) {
-	srv := testDSN(t)
-	table, c := newTable(t, srv, "id BIGINT NOT NULL PRIMARY KEY", "")
-	n := startNode(t, srv, table, "id", parseInt64)
-	n.waitCurrent(t)
-	w := connect(t, srv)
-	ctx := context.Background()
-	for id := range int64(200) {
-		err := n.loader.Insert(ctx, id, func(context.Context) error {
-			_, err := w.Execute(fmt.Sprintf("INSERT INTO `%s` (id) VALUES (%d)", table, id))
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !n.loader.MayContain(id) {
-			t.Fatalf("%d reads absent right after its Insert", id)
-		}
-	}
-	if checked, wrong := n.wrong404s(t, parseInt64); wrong != 0 || checked != 200 {
-		t.Fatalf("%d wrong 404s of %d keys, want 0 of 200", wrong, checked)
-	}
-	exec(t, c, "DELETE FROM `"+table+"`")
-	n.waitApplied(t)
-	present := 0
-	for id := range int64(200) {
-		if n.loader.MayContain(id) {
-			present++
-		}
-	}
-	t.Logf("after their rows were deleted, %d of 200 keys the Loader inserted still read present (an extra copy each)", present)
 }

@@ -7,6 +7,7 @@ replace github.com/cuckooguard/cuckooguard => ../
 require (
 	github.com/cuckooguard/cuckooguard v0.0.0-00010101000000-000000000000
 	github.com/go-mysql-org/go-mysql v1.13.0
+	github.com/zeebo/xxh3 v1.1.0
 	go.uber.org/goleak v1.3.0
 )
 
@@ -21,7 +22,6 @@ require (
 	github.com/pingcap/tidb/pkg/parser v0.0.0-20250421232622-526b2c79173d // indirect
 	github.com/puzpuzpuz/xsync/v3 v3.5.1 // indirect
 	github.com/shopspring/decimal v1.2.0 // indirect
-	github.com/zeebo/xxh3 v1.1.0 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
 	go.uber.org/zap v1.27.0 // indirect

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,6 +29,23 @@ type node[K comparable] struct {
 	conn     *client.Conn // for the checks
 	cancel   context.CancelFunc
 	done     chan error
+	stopped  sync.Once
+	runErr   error // what Run returned, once stopped
+}
+
+// halt stops n's Follower, as a process that exits does, and closes its
+// Loader; Run must return context.Canceled. The test's end halts every
+// node that is still running.
+func (n *node[K]) halt(t *testing.T) {
+	t.Helper()
+	n.stopped.Do(func() {
+		n.cancel()
+		n.runErr = <-n.done
+		n.loader.Close()
+		if !errors.Is(n.runErr, context.Canceled) {
+			t.Errorf("Run = %v, want context.Canceled", n.runErr)
+		}
+	})
 }
 
 // dsnOf writes s as a DSN.
@@ -61,13 +79,7 @@ func startNode[K comparable](t *testing.T, srv server, table, key string, parse 
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &node[K]{srv: srv, table: table, key: key, loader: l, follower: f, conn: connect(t, srv), cancel: cancel, done: make(chan error, 1)}
 	go func() { n.done <- f.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-n.done; !errors.Is(err, context.Canceled) {
-			t.Errorf("Run = %v, want context.Canceled", err)
-		}
-		l.Close()
-	})
+	t.Cleanup(func() { n.halt(t) })
 	return n
 }
 

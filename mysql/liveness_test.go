@@ -11,8 +11,8 @@ import (
 // stops forwarding, as a frozen route does; nothing is closed): the
 // heartbeats stop coming back, the Loader's lease runs out and lookups
 // pass through, the session is given up at the deadline, and once the
-// route forwards again the follower reads the table and follows, with a
-// key inserted during the stall.
+// route forwards again the follower resumes where it stopped, without
+// reading the table, and follows, with a key inserted during the stall.
 func TestFollowerStall(t *testing.T) {
 	srv := testDSN(t)
 	table, c := newTable(t, srv, "id BIGINT NOT NULL PRIMARY KEY", "")
@@ -59,14 +59,18 @@ func TestFollowerStall(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	gaveUp := time.Since(stalled)
-	reads := n.follower.Stats().FullReads
+	before := n.follower.Stats()
 	p.Resume()
 	resumed := time.Now()
-	again := n.waitRead(t, reads, resumed)
+	again := n.waitResume(t, before.Resumes, resumed)
 	checked, wrong := n.wrong404s(t, parseInt64)
-	t.Logf("stalled: lookups passed through after %v, the session given up after %v (%v); following again %v after the route resumed; %d keys checked, %d wrong 404s",
-		passAfter.Round(time.Millisecond), gaveUp.Round(time.Millisecond), n.follower.Stats().LastError, again.Round(time.Millisecond), checked, wrong)
+	st := n.follower.Stats()
+	t.Logf("stalled: lookups passed through after %v, the session given up after %v (%v); following again %v after the route resumed; %d keys checked, %d wrong 404s; %d reads of the table",
+		passAfter.Round(time.Millisecond), gaveUp.Round(time.Millisecond), st.LastError, again.Round(time.Millisecond), checked, wrong, st.FullReads)
 	if wrong != 0 || checked != 101 {
 		t.Fatalf("%d wrong 404s of %d keys, want 0 of 101", wrong, checked)
+	}
+	if st.FullReads != before.FullReads {
+		t.Fatalf("%d reads of the table after the stall, were %d: want a resume, no read", st.FullReads, before.FullReads)
 	}
 }

@@ -19,7 +19,10 @@ type config struct {
 	deadline       time.Duration
 	logger         *slog.Logger
 	heartbeatTable string
+	tagTable       string
 	keyText        any // func(K) string of the Follower's K; nil: keyTextOf
+	snapshotPath   string
+	snapshotEvery  time.Duration
 }
 
 // Defaults of the Follower options.
@@ -39,6 +42,12 @@ const (
 	// DefaultHeartbeatTable is the table of the Follower's heartbeat row,
 	// in the DSN's database.
 	DefaultHeartbeatTable = "cuckooguard_heartbeat"
+	// DefaultTagTable is the table of the rows that [Follower.Tag] writes,
+	// in the DSN's database.
+	DefaultTagTable = "cuckooguard_tag"
+	// DefaultSnapshotInterval is how often a Follower with a snapshot file
+	// saves its guard, while its position moves.
+	DefaultSnapshotInterval = time.Minute
 )
 
 // discardLogger is the Follower's logger unless WithLogger sets one.
@@ -48,7 +57,8 @@ var discardLogger = slog.New(slog.DiscardHandler)
 // with, in [1, 2^32-1]. Every reader of a server's binlog (its replicas,
 // every Follower) needs an id of its own and other than the server's:
 // a second reader with the same id disconnects the first (error 4052),
-// and both then read the table again, over and over. The default is drawn
+// and two Followers with one id take the stream from each other, over and
+// over (each session resumes, but follows for moments only). The default is drawn
 // at random from [2^30, 2^31) for each Follower; give each process a
 // stable id of its own to rule a collision out. The id also names the
 // Follower's heartbeat row: with random ids each process start leaves a
@@ -77,7 +87,7 @@ func WithMaxLag(d time.Duration) Option {
 
 // WithHeartbeatDeadline sets how long the stream may deliver nothing
 // while a heartbeat is out before the Follower takes the connection for
-// dead and starts a new session (which reads the table again). The
+// dead and starts a new session (which resumes where it stopped). The
 // default is three heartbeats, at least [DefaultHeartbeatDeadline].
 func WithHeartbeatDeadline(d time.Duration) Option {
 	return func(c *config) { c.deadline = d }
@@ -105,6 +115,43 @@ func WithLogger(l *slog.Logger) Option {
 // server id (INSERT and UPDATE).
 func WithHeartbeatTable(name string) Option {
 	return func(c *config) { c.heartbeatTable = name }
+}
+
+// WithSnapshotFile makes the Follower save its guard to path, with the
+// binlog position it reflects and the deletions it still holds, every
+// [WithSnapshotInterval] while the position moves and when Run returns;
+// and start from it: a new process with the same file restores the guard
+// and streams the binlog from that position, without reading the table,
+// once it has proved the position as a resuming session does (the package
+// doc's "Resuming"). A file that is missing, unreadable, of another table,
+// server or layout, or whose position the server's binlog no longer holds
+// or holds in another history, is not used: the Follower reads the table,
+// logs why, and counts it (Stats.FullReads, Stats.ReadReason). The file
+// is written atomically: a temporary file in path's directory, synced,
+// renamed over path. A guard that passes some lookups through (a shard
+// that could not take a key) is not saved; its file is removed. The
+// default is no file.
+func WithSnapshotFile(path string) Option {
+	return func(c *config) { c.snapshotPath = path }
+}
+
+// WithSnapshotInterval sets how often the Follower saves its guard to the
+// snapshot file while its position moves. The default is
+// [DefaultSnapshotInterval]. Each save writes the whole guard (a few
+// bytes per key) between two transactions, and applies nothing
+// meanwhile.
+func WithSnapshotInterval(d time.Duration) Option {
+	return func(c *config) { c.snapshotEvery = d }
+}
+
+// WithTagTable sets the table that [Follower.Tag] writes its rows to (and
+// deletes them from, in the same transaction), in the DSN's database; the
+// default is [DefaultTagTable]. The Follower creates it at its first
+// session if it is missing and its user may (CREATE TABLE IF NOT EXISTS);
+// the writers' user needs INSERT and DELETE on it. Every process that
+// follows the table with tags must name the same tag table.
+func WithTagTable(name string) Option {
+	return func(c *config) { c.tagTable = name }
 }
 
 // WithKeyText sets how the Follower writes a key of its type K as text,

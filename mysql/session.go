@@ -14,6 +14,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/client"
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
+	"github.com/zeebo/xxh3"
 )
 
 // quiet is go-mysql's logger: the Follower says what matters itself.
@@ -27,6 +28,10 @@ var maxTxKeys = 1 << 20
 // afterRead, if set (by tests), runs between the table's read and the
 // start of the binlog stream.
 var afterRead func()
+
+// sessionEnded, if set (by tests), gets the position the next session
+// may resume from, when a session ends and leaves one.
+var sessionEnded func(p resumePoint)
 
 var errResync = errors.New("mysql: the Loader asked for a fresh guard")
 
@@ -112,6 +117,14 @@ func (f *Follower[K]) follow(ctx context.Context, following *time.Time) error {
 	if err != nil {
 		return err
 	}
+	tagOrdinal, err := f.tagTableOrdinal(read)
+	if err != nil {
+		return err
+	}
+	src, err := readSource(read)
+	if err != nil {
+		return err
+	}
 	hb, closeHB, err := f.dial(ctx)
 	if err != nil {
 		return err
@@ -125,25 +138,22 @@ func (f *Follower[K]) follow(ctx context.Context, following *time.Time) error {
 
 	f.state.Store(int32(Resyncing))
 	var at gomysql.Position
-	began := time.Now()
-	var keys int64
-	err = f.feed.Resync(ctx, func(ctx context.Context, add func(K) error) error {
-		var gtid string
-		var rerr error
-		if at, gtid, keys, rerr = f.readAll(read, col, add); rerr != nil {
-			return rerr
-		}
+	var pos gtidPos
+	verify := f.resumable(ctx, src, col)
+	if verify != nil {
+		// Stream from the start of the last transaction applied: the
+		// session checks that the binlog still holds it there, and goes
+		// on after it.
+		at = gomysql.Position{Name: verify.file, Pos: verify.start}
+		pos = verify.pos
 		f.mu.Lock()
-		f.position = fmt.Sprintf("%s:%d gtid %s", at.Name, at.Pos, gtid)
+		f.position = "resumed after " + verify.String()
 		f.mu.Unlock()
-		return nil
-	})
-	if err != nil {
-		return err
+	} else {
+		if at, pos, err = f.read(ctx, read, col); err != nil {
+			return err
+		}
 	}
-	f.reads.Add(1)
-	f.log.LogAttrs(ctx, slog.LevelInfo, "cuckooguard: follower read the table",
-		slog.Int64("keys", keys), slog.Duration("took", time.Since(began)), slog.String("position", fmt.Sprintf("%s:%d", at.Name, at.Pos)))
 
 	if afterRead != nil {
 		afterRead()
@@ -156,7 +166,7 @@ func (f *Follower[K]) follow(ctx context.Context, following *time.Time) error {
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
 		ServerID: f.serverID, Flavor: gomysql.MariaDBFlavor,
 		Host: f.srv.host, Port: f.srv.port, User: f.srv.user, Password: f.srv.password,
-		DisableRetrySync: true, // a lost stream ends the session: the next one reads the table
+		DisableRetrySync: true, // a lost stream ends the session: the next one resumes, or reads the table
 		Logger:           quiet,
 		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			nc, err := dial(ctx, network, addr)
@@ -172,8 +182,66 @@ func (f *Follower[K]) follow(ctx context.Context, following *time.Time) error {
 	if streamConn != nil {
 		_ = streamConn.SetDeadline(time.Time{})
 	}
-	s := &session[K]{f: f, at: at, col: col, pending: make(map[K]int), cancelled: make(map[K]int), hbOrdinal: hbOrdinal, token: newToken(), following: following}
+	s := &session[K]{f: f, at: at, src: src, col: col, verify: verify, file: at.Name, pos: pos, hash: xxh3.New(),
+		hbOrdinal: hbOrdinal, tagOrdinal: tagOrdinal, token: newToken(), following: following}
 	return s.run(ctx, stream, hb, stmt)
+}
+
+// read reads the table into a fresh guard and returns the binlog position
+// (and the GTID position at it) where the read and the stream meet. The
+// deletions held for the old guard are dropped, and there is nothing to
+// resume from until the stream has applied a transaction.
+func (f *Follower[K]) read(ctx context.Context, read *client.Conn, col column) (at gomysql.Position, pos gtidPos, err error) {
+	f.resume = nil
+	f.holds.drop()
+	began := time.Now()
+	var keys int64
+	var gtidText string
+	err = f.feed.Resync(ctx, func(ctx context.Context, add func(K) error) error {
+		var rerr error
+		if at, gtidText, keys, rerr = f.readAll(read, col, add); rerr != nil {
+			return rerr
+		}
+		f.mu.Lock()
+		f.position = fmt.Sprintf("read at %s:%d gtid %s", at.Name, at.Pos, gtidText)
+		f.readWhy = f.readReason
+		f.mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return at, nil, err
+	}
+	if pos, err = parseGTIDPos(gtidText); err != nil {
+		return at, nil, err
+	}
+	f.reads.Add(1)
+	f.log.LogAttrs(ctx, slog.LevelInfo, "cuckooguard: follower read the table",
+		slog.Int64("keys", keys), slog.Duration("took", time.Since(began)), slog.String("position", fmt.Sprintf("%s:%d", at.Name, at.Pos)),
+		slog.String("reason", f.readReason))
+	return at, pos, nil
+}
+
+// resumable returns the position the session may stream from instead of
+// reading the table, if the last session (or, at the first session to
+// get this far, the snapshot file) left one and nothing the server says of itself
+// refutes it (resume.go); nil otherwise, with the reason in readReason.
+func (f *Follower[K]) resumable(ctx context.Context, src source, col column) *resumePoint {
+	if f.resume == nil && f.snapPath != "" && !f.fileTried {
+		f.fileTried = true
+		f.restore(ctx, src, col)
+	}
+	p := f.resume
+	if p == nil {
+		return nil
+	}
+	if why := p.refuse(src, col); why != "" {
+		f.log.LogAttrs(ctx, slog.LevelWarn, "cuckooguard: follower cannot resume; it reads the table",
+			slog.String("position", p.String()), slog.String("reason", why))
+		f.readReason = why
+		f.resume = nil
+		return nil
+	}
+	return p
 }
 
 // readAll reads every key of the table in a consistent snapshot into add,

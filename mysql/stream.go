@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,27 +13,43 @@ import (
 	"github.com/go-mysql-org/go-mysql/client"
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
+	"github.com/zeebo/xxh3"
+
+	"github.com/cuckooguard/cuckooguard/guarded"
 )
 
 // session is one stream's worth of following.
 type session[K comparable] struct {
-	f         *Follower[K]
-	at        gomysql.Position // where the stream started
-	col       column
-	hbOrdinal int
-	token     string
-	following *time.Time
+	f          *Follower[K]
+	at         gomysql.Position // where the stream started
+	src        source           // the server, as the session found it
+	col        column
+	hbOrdinal  int
+	tagOrdinal int // of the tag table's tag column; -1: no tag table
+	token      string
+	following  *time.Time
+
+	// Where the stream is: the binlog file, the GTID position after the
+	// last transaction applied, and the transaction open now: where it
+	// began, its GTID, and a hash of its events (resume.go).
+	verify  *resumePoint // the transaction the stream must begin with; nil once it has
+	file    string
+	pos     gtidPos
+	txFile  string
+	txStart uint32
+	txGTID  gtid
+	txSeen  bool // a GTID event has begun a transaction in this stream
+	hash    *xxh3.Hasher
 
 	creations, deletions []K
 	beats                []string // heartbeat payloads of the open transaction
+	tags                 []string // tags of the open transaction (tag.go)
 	overflow             bool     // the open transaction held more than maxTxKeys keys
 
-	// Deletions wait until the server has made them visible (visible.go).
-	held      []K           // deletions applied to no guard yet, in binlog order
-	pending   map[K]int     // of held, by key: those no creation has cancelled
-	cancelled map[K]int     // of held, by key: those a later creation cancelled
-	marks     []mark        // this session's markers and heartbeats back, after held[:upto]
-	acked     *atomic.Int64 // the seq of the last marker (0) or heartbeat whose write returned; -1: none
+	// Deletions wait until the server has made them visible (visible.go):
+	// the Follower holds them (holds), across sessions.
+	marks []mark        // this session's markers and heartbeats back, after holds.held[:upto]
+	acked *atomic.Int64 // the seq of the last marker (0) or heartbeat whose write returned; -1: none
 
 	seq        int64
 	out        []beat // heartbeats sent and not back, oldest first
@@ -144,35 +161,89 @@ func (s *session[K]) tick(now time.Time, beats chan<- int64) error {
 // event handles one binlog event.
 func (s *session[K]) event(ev *replication.BinlogEvent, now time.Time) error {
 	switch e := ev.Event.(type) {
-	case *replication.RowsEvent:
-		return s.rows(ev.Header.EventType, e)
-	case *replication.XIDEvent:
-		return s.commit(now)
-	case *replication.QueryEvent:
-		return s.query(string(e.Query), now)
-	case *replication.MariadbGTIDEvent, *replication.GTIDEvent:
+	case *replication.RotateEvent:
+		s.file = string(e.NextLogName)
+		return nil
+	case *replication.MariadbGTIDEvent:
 		if len(s.creations)+len(s.deletions)+len(s.beats) > 0 || s.overflow {
 			return errors.New("mysql: a transaction began before the last one committed")
 		}
+		s.txSeen, s.txFile, s.txStart = true, s.file, ev.Header.LogPos-ev.Header.EventSize
+		s.txGTID = gtid{domain: e.GTID.DomainID, server: e.GTID.ServerID, seq: e.GTID.SequenceNumber}
+		s.hash.Reset()
+		_, _ = s.hash.Write(ev.RawData)
+		if v := s.verify; v != nil && (s.txFile != v.file || s.txStart != v.start) {
+			return fmt.Errorf("%w: the stream's first transaction begins at %s:%d, the last one applied began at %s:%d", errHistory, s.txFile, s.txStart, v.file, v.start)
+		}
+		return nil
+	case *replication.GTIDEvent:
+		return errors.New("mysql: a MySQL GTID event: only MariaDB is supported")
 	}
+	if s.txSeen {
+		_, _ = s.hash.Write(ev.RawData)
+	}
+	if s.verify != nil {
+		return s.verifying(ev)
+	}
+	switch e := ev.Event.(type) {
+	case *replication.RowsEvent:
+		return s.rows(ev.Header.EventType, e)
+	case *replication.XIDEvent:
+		return s.commit(now, ev.Header.LogPos)
+	case *replication.QueryEvent:
+		return s.query(string(e.Query), now, ev.Header.LogPos)
+	}
+	return nil
+}
+
+// verifying handles an event of a resumed stream before its first
+// transaction has proved to be the last one the Follower applied: that
+// transaction is not applied again, and anything else ends the session
+// with errHistory, for a full read.
+func (s *session[K]) verifying(ev *replication.BinlogEvent) error {
+	end := false
+	switch e := ev.Event.(type) {
+	case *replication.XIDEvent:
+		end = true
+	case *replication.QueryEvent:
+		end = strings.EqualFold(strings.TrimSpace(string(e.Query)), "COMMIT")
+		if !end && !s.txSeen {
+			return fmt.Errorf("%w: the stream begins with a statement, not the transaction last applied", errHistory)
+		}
+	case *replication.RowsEvent, *replication.TableMapEvent:
+		if !s.txSeen {
+			return fmt.Errorf("%w: the stream begins with rows outside a transaction", errHistory)
+		}
+	}
+	if !end {
+		return nil
+	}
+	v := s.verify
+	if !s.txSeen || s.txFile != v.file || s.txStart != v.start || ev.Header.LogPos != v.end || s.txGTID != v.gtid || s.hash.Sum64() != v.sum {
+		return fmt.Errorf("%w: the binlog holds transaction %v at %s:%d-%d (hash %x), the follower applied %v at %s:%d-%d (hash %x)",
+			errHistory, s.txGTID, s.txFile, s.txStart, ev.Header.LogPos, s.hash.Sum64(), v.gtid, v.file, v.start, v.end, v.sum)
+	}
+	s.verify = nil
+	s.f.resumes.Add(1)
+	s.f.log.LogAttrs(context.Background(), slog.LevelInfo, "cuckooguard: follower resumed without reading the table", slog.String("position", v.String()))
 	return nil
 }
 
 // query handles a statement the binlog carries as text: a transaction's
 // BEGIN and COMMIT (for engines without XA), DDL, and the writes of a
 // session in STATEMENT or MIXED format.
-func (s *session[K]) query(q string, now time.Time) error {
+func (s *session[K]) query(q string, now time.Time, end uint32) error {
 	q = strings.TrimSpace(q)
 	upper := strings.ToUpper(q)
 	switch {
 	case upper == "BEGIN":
 		return nil
 	case upper == "COMMIT":
-		return s.commit(now)
+		return s.commit(now, end)
 	case upper == "ROLLBACK":
 		// A transaction that wrote a non-transactional table: its
 		// transactional rows were rolled back.
-		s.creations, s.deletions, s.beats, s.overflow = s.creations[:0], s.deletions[:0], s.beats[:0], false
+		s.creations, s.deletions, s.beats, s.tags, s.overflow = s.creations[:0], s.deletions[:0], s.beats[:0], s.tags[:0], false
 		return nil
 	case strings.HasPrefix(upper, "XA ") || strings.HasPrefix(upper, "SAVEPOINT") || strings.HasPrefix(upper, "ROLLBACK TO"):
 		if len(s.creations)+len(s.deletions) > 0 || strings.HasPrefix(upper, "XA COMMIT") {
@@ -200,6 +271,8 @@ func (s *session[K]) rows(t replication.EventType, e *replication.RowsEvent) err
 	case s.col.table:
 	case s.f.hbTable:
 		return s.heartbeatRows(t, e)
+	case s.f.tagTable:
+		return s.tagRows(t, e)
 	default:
 		return nil
 	}
@@ -304,36 +377,94 @@ func (s *session[K]) heartbeatRows(t replication.EventType, e *replication.RowsE
 	return nil
 }
 
-// commit applies the open transaction: its creations at once, its
-// deletions once the server has made them visible (after the creations,
-// so a key created and deleted in it is never removed before it is
-// added), and its heartbeats.
-func (s *session[K]) commit(now time.Time) error {
+// tagRows holds the tags of the open transaction: the tag table's
+// inserted rows (their deletion, in the same transaction, is no tag).
+func (s *session[K]) tagRows(t replication.EventType, e *replication.RowsEvent) error {
+	if kindOf(t) != insertRows || s.tagOrdinal < 0 {
+		return nil
+	}
+	for _, row := range e.Rows {
+		if s.tagOrdinal >= len(row) {
+			continue
+		}
+		switch v := row[s.tagOrdinal].(type) {
+		case []byte:
+			s.tags = append(s.tags, string(v))
+		case string:
+			s.tags = append(s.tags, strings.Clone(v))
+		}
+	}
+	return nil
+}
+
+// commit applies the open transaction, which ends at end in the binlog:
+// its creations at once, its deletions once the server has made them
+// visible (after the creations, so a key created and deleted in it is
+// never removed before it is added), and its heartbeats. The guard then
+// reflects the binlog up to end: the next session may resume there.
+func (s *session[K]) commit(now time.Time, end uint32) error {
 	if s.overflow {
 		return fmt.Errorf("%w: more than %d keys", errBigTransaction, maxTxKeys)
 	}
+	f := s.f
 	// The creations first: a held deletion of one of their keys, an
 	// earlier transaction's, is cancelled by it; this transaction's own
 	// deletions are held after them.
+	own := f.own(s.tags)
 	for _, k := range s.creations {
+		if own[k] > 0 {
+			// This process's Loader added the key before the write.
+			own[k]--
+			f.skipped.Add(1)
+			if f.holds.cancel(k) {
+				// The Loader added this creation's copy: the held
+				// deletion it cancels takes one copy now.
+				if err := s.apply(guarded.Change[K]{Key: k, Deleted: true}); err != nil {
+					return err
+				}
+			}
+			continue
+		}
 		if err := s.create(k); err != nil {
 			return err
 		}
 	}
-	if len(s.held)+len(s.deletions) > maxTxKeys {
+	clear(s.tags)
+	s.tags = s.tags[:0]
+	if len(f.holds.held)+len(s.deletions) > maxTxKeys {
 		return fmt.Errorf("%w: more than %d deletions wait to be visible", errBigTransaction, maxTxKeys)
 	}
-	s.hold(s.deletions)
+	f.holds.hold(s.deletions)
 	clear(s.creations)
 	clear(s.deletions)
 	s.creations, s.deletions = s.creations[:0], s.deletions[:0]
 	for _, p := range s.beats {
 		if seq, ok := s.control(p, now); ok {
-			s.marks = append(s.marks, mark{seq: seq, upto: len(s.held)})
+			s.marks = append(s.marks, mark{seq: seq, upto: len(f.holds.held)})
 		}
 	}
 	s.beats = s.beats[:0]
-	return s.release()
+	if err := s.release(); err != nil {
+		return err
+	}
+	s.applied(end)
+	f.maybeSave(now)
+	return nil
+}
+
+// applied records that the guard reflects the binlog up to end, the end
+// of the open transaction: the next session may resume from there.
+func (s *session[K]) applied(end uint32) {
+	if !s.txSeen {
+		return // no GTID event began it: nothing to prove the position by
+	}
+	s.pos[s.txGTID.domain] = s.txGTID
+	p := s.f.resume
+	if p == nil {
+		p = &resumePoint{serverID: s.src.serverID, col: s.col, pos: s.pos}
+		s.f.resume = p
+	}
+	p.file, p.start, p.end, p.gtid, p.sum = s.txFile, s.txStart, end, s.txGTID, s.hash.Sum64()
 }
 
 type rowsKind int

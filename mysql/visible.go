@@ -32,28 +32,84 @@ import (
 // old row is, after it the new one is (or its creation is not visible
 // yet: a false positive).
 //
-// Held deletions belong to the session's guard: a session that ends drops
-// them, and the next one reads the table into a fresh guard.
+// Held deletions belong to the guard, not to the session: a session that
+// ends leaves them held, and the next one, which resumes where it stopped
+// (resume.go), releases them once its own marker is back (the marker is
+// in the binlog after every one of them). A full read drops them: its
+// fresh guard is read after they became visible, or its stream brings
+// them again. The snapshot file saves them with the guard (save.go).
+
+// holdings are the deletions held until visible, and how creations since
+// have cancelled them. Touched by Run's goroutine only.
+type holdings[K comparable] struct {
+	held      []K       // deletions applied to no guard yet, in binlog order
+	pending   map[K]int // of held, by key: those no creation has cancelled
+	cancelled map[K]int // of held, by key: those a later creation cancelled
+}
+
+// drop forgets every held deletion: the guard they were held for is
+// replaced.
+func (h *holdings[K]) drop() {
+	clear(h.held)
+	h.held = h.held[:0]
+	h.pending = make(map[K]int)
+	h.cancelled = make(map[K]int)
+}
 
 // hold holds the deletions of a committed transaction.
-func (s *session[K]) hold(deletions []K) {
+func (h *holdings[K]) hold(deletions []K) {
 	for _, k := range deletions {
-		s.pending[k]++
+		h.pending[k]++
 	}
-	s.held = append(s.held, deletions...)
+	h.held = append(h.held, deletions...)
+}
+
+// cancel cancels one held deletion of k, if there is one: the next held
+// deletion of k that is released removes nothing.
+func (h *holdings[K]) cancel(k K) bool {
+	if h.pending[k] == 0 {
+		return false
+	}
+	if h.pending[k]--; h.pending[k] == 0 {
+		delete(h.pending, k)
+	}
+	h.cancelled[k]++
+	return true
+}
+
+// uncancelled returns the held deletions no creation has cancelled, in
+// binlog order: what releasing every held deletion would remove.
+func (h *holdings[K]) uncancelled() []K {
+	skip := make(map[K]int, len(h.cancelled))
+	for k, n := range h.cancelled {
+		skip[k] = n
+	}
+	var out []K
+	for _, k := range h.held {
+		if skip[k] > 0 {
+			skip[k]--
+			continue
+		}
+		out = append(out, k)
+	}
+	return out
 }
 
 // create applies a committed creation of k: it cancels a held deletion of
 // k if there is one, and adds k otherwise.
 func (s *session[K]) create(k K) error {
-	if s.pending[k] > 0 {
-		if s.pending[k]--; s.pending[k] == 0 {
-			delete(s.pending, k)
-		}
-		s.cancelled[k]++
+	if s.f.holds.cancel(k) {
 		return nil
 	}
-	if err := s.f.feed.Apply(guarded.Change[K]{Key: k}); err != nil {
+	return s.apply(guarded.Change[K]{Key: k})
+}
+
+// apply applies one change to the Loader. A change the Loader refuses
+// leaves the guard between two positions of the binlog: the next session
+// cannot resume, and reads the table.
+func (s *session[K]) apply(c guarded.Change[K]) error {
+	if err := s.f.feed.Apply(c); err != nil {
+		s.f.resume = nil
 		return fmt.Errorf("mysql: apply: %w", err)
 	}
 	s.f.applied.Add(1)
@@ -79,24 +135,24 @@ func (s *session[K]) release() error {
 	if n == 0 {
 		return nil
 	}
-	for _, k := range s.held[:n] {
-		if s.cancelled[k] > 0 {
+	h := &s.f.holds
+	for _, k := range h.held[:n] {
+		if h.cancelled[k] > 0 {
 			// A later creation kept this deletion's copy.
-			if s.cancelled[k]--; s.cancelled[k] == 0 {
-				delete(s.cancelled, k)
+			if h.cancelled[k]--; h.cancelled[k] == 0 {
+				delete(h.cancelled, k)
 			}
 			continue
 		}
-		if s.pending[k]--; s.pending[k] == 0 {
-			delete(s.pending, k)
+		if h.pending[k]--; h.pending[k] == 0 {
+			delete(h.pending, k)
 		}
-		if err := s.f.feed.Apply(guarded.Change[K]{Key: k, Deleted: true}); err != nil {
-			return fmt.Errorf("mysql: apply: %w", err)
+		if err := s.apply(guarded.Change[K]{Key: k, Deleted: true}); err != nil {
+			return err
 		}
-		s.f.applied.Add(1)
 	}
-	clear(s.held[:n])
-	s.held = s.held[n:]
+	clear(h.held[:n])
+	h.held = h.held[n:]
 	for i := range s.marks {
 		s.marks[i].upto -= n
 	}
