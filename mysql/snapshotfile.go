@@ -8,10 +8,10 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 
 	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/internal/iox"
 )
 
 // A snapshot file is a header and a guard snapshot (guard.Guard.WriteTo,
@@ -51,49 +51,23 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // writeSnapshotFile writes g with what it reflects to path, atomically: a
 // temporary file in the same directory, synced, renamed over path, and the
 // directory synced, so that a crash leaves the old file or the new one.
-// It returns the bytes written. (The postgres module writes its file the
-// same way; the two are copies, as the root module has no helper for it.)
-func writeSnapshotFile(path string, h snapFile, g *guard.Guard) (n int64, err error) {
+// It returns the bytes written.
+func writeSnapshotFile(path string, h snapFile, g *guard.Guard) (int64, error) {
 	hdr, err := h.marshal()
 	if err != nil {
 		return 0, err
 	}
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return 0, fmt.Errorf("%w: %w", errSnapshotFile, err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
+	n, err := iox.WriteFileAtomic(path, func(w io.Writer) (int64, error) {
+		if _, err := w.Write(hdr); err != nil {
+			return 0, err
 		}
-	}()
-	w := bufio.NewWriterSize(tmp, 1<<16)
-	if _, err := w.Write(hdr); err != nil {
-		return 0, fmt.Errorf("%w: write %s: %w", errSnapshotFile, tmp.Name(), err)
-	}
-	gn, err := g.WriteTo(w)
+		gn, err := g.WriteTo(w)
+		return int64(len(hdr)) + gn, err
+	})
 	if err != nil {
-		return 0, fmt.Errorf("%w: write %s: %w", errSnapshotFile, tmp.Name(), err)
-	}
-	if err := w.Flush(); err != nil {
-		return 0, fmt.Errorf("%w: write %s: %w", errSnapshotFile, tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return 0, fmt.Errorf("%w: sync %s: %w", errSnapshotFile, tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return 0, fmt.Errorf("%w: close %s: %w", errSnapshotFile, tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
 		return 0, fmt.Errorf("%w: %w", errSnapshotFile, err)
 	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync() // the rename: best effort, not every file system syncs a directory
-		d.Close()
-	}
-	return int64(len(hdr)) + gn, nil
+	return n, nil
 }
 
 // marshal returns h's header bytes, checksum included, or an error for a
@@ -240,15 +214,8 @@ func readSnapshotFile(path string, opts ...guard.Option) (snapFile, *guard.Guard
 // durably: the directory is synced, so that a crash does not bring it
 // back (best effort where the file system cannot sync a directory).
 func removeSnapshotFile(path string) error {
-	if err := os.Remove(path); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
+	if err := iox.RemoveFileDurably(path); err != nil {
 		return fmt.Errorf("%w: %w", errSnapshotFile, err)
-	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		d.Sync()
-		d.Close()
 	}
 	return nil
 }

@@ -8,11 +8,11 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
-	"path/filepath"
 
 	"github.com/jackc/pglogrepl"
 
 	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/internal/iox"
 )
 
 // A snapshot file is a header and a guard snapshot (guard.Guard.WriteTo,
@@ -54,44 +54,19 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // temporary file in the same directory, synced, renamed over path, and the
 // directory synced, so that a crash leaves the old file or the new one.
 // It returns the bytes written.
-func writeSnapshotFile(path string, h snapFile, g *guard.Guard) (n int64, err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return 0, fmt.Errorf("%w: %w", errSnapshotFile, err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	w := bufio.NewWriterSize(tmp, 1<<16)
+func writeSnapshotFile(path string, h snapFile, g *guard.Guard) (int64, error) {
 	hdr := h.marshal()
-	if _, err := w.Write(hdr); err != nil {
-		return 0, fmt.Errorf("%w: write %s: %w", errSnapshotFile, tmp.Name(), err)
-	}
-	gn, err := g.WriteTo(w)
+	n, err := iox.WriteFileAtomic(path, func(w io.Writer) (int64, error) {
+		if _, err := w.Write(hdr); err != nil {
+			return 0, err
+		}
+		gn, err := g.WriteTo(w)
+		return int64(len(hdr)) + gn, err
+	})
 	if err != nil {
-		return 0, fmt.Errorf("%w: write %s: %w", errSnapshotFile, tmp.Name(), err)
-	}
-	if err := w.Flush(); err != nil {
-		return 0, fmt.Errorf("%w: write %s: %w", errSnapshotFile, tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return 0, fmt.Errorf("%w: sync %s: %w", errSnapshotFile, tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return 0, fmt.Errorf("%w: close %s: %w", errSnapshotFile, tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
 		return 0, fmt.Errorf("%w: %w", errSnapshotFile, err)
 	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync() // the rename: best effort, not every file system syncs a directory
-		d.Close()
-	}
-	return int64(len(hdr)) + gn, nil
+	return n, nil
 }
 
 // marshal returns h's header bytes, checksum included.
@@ -172,15 +147,8 @@ func readSnapshotFile(path string, opts ...guard.Option) (snapFile, *guard.Guard
 // durably: the directory is synced, so that a crash does not bring it
 // back (best effort where the file system cannot sync a directory).
 func removeSnapshotFile(path string) error {
-	if err := os.Remove(path); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
+	if err := iox.RemoveFileDurably(path); err != nil {
 		return fmt.Errorf("%w: %w", errSnapshotFile, err)
-	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		d.Sync()
-		d.Close()
 	}
 	return nil
 }

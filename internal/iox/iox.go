@@ -1,10 +1,15 @@
 // Package iox holds the io helpers that the snapshot decoders of package
-// shard and package guard share.
+// shard and package guard share, and the atomic file writes of the
+// followers' snapshot files (postgres and mysql).
 package iox
 
 import (
+	"bufio"
 	"errors"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 )
 
 // Unexpected turns a clean end of input, met in the middle of an encoding,
@@ -14,4 +19,62 @@ func Unexpected(err error) error {
 		return io.ErrUnexpectedEOF
 	}
 	return err
+}
+
+// WriteFileAtomic writes a file at path through write, atomically: into a
+// temporary file in the same directory, synced, renamed over path, and the
+// directory synced (best effort: not every file system syncs one), so that
+// a crash leaves the old file or the new one, never a torn one. It returns
+// what write returned, and removes the temporary file on any error.
+func WriteFileAtomic(path string, write func(w io.Writer) (int64, error)) (n int64, err error) {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	w := bufio.NewWriterSize(tmp, 1<<16)
+	if n, err = write(w); err != nil {
+		return 0, fmt.Errorf("write %s: %w", tmp.Name(), err)
+	}
+	if err := w.Flush(); err != nil {
+		return 0, fmt.Errorf("write %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return 0, fmt.Errorf("sync %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return 0, fmt.Errorf("close %s: %w", tmp.Name(), err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return 0, err
+	}
+	syncDir(dir)
+	return n, nil
+}
+
+// RemoveFileDurably removes the file at path, if there is one, and syncs
+// its directory (best effort), so that a crash does not bring it back.
+func RemoveFileDurably(path string) error {
+	if err := os.Remove(path); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	syncDir(filepath.Dir(path))
+	return nil
+}
+
+// syncDir syncs directory dir, where the file system can.
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
 }
