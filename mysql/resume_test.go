@@ -206,6 +206,18 @@ func (d dataDir) stop(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Fatalf("stop the server (pid %d): %v", pid, err)
 	}
+	// A test that fails before it starts the server again must not leave
+	// it stopped for the tests after it.
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(d.pidFile); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && syscall.Kill(pid, 0) == nil {
+				return
+			}
+		}
+		if out, err := osexec.Command(d.script).CombinedOutput(); err != nil {
+			t.Errorf("start the server again: %v: %s", err, out)
+		}
+	})
 	for deadline := time.Now().Add(60 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the server (pid %d) did not stop in 60 s", pid)
