@@ -18,7 +18,7 @@ func (l *Loader[K, V]) MayContain(key K) bool {
 	}
 	until, v := l.readyView()
 	h := l.codec.hash(v.g, key)
-	return until == notReady || v.passes(h) || v.g.ContainsHash(h) || !l.ready.holds(until)
+	return until == notReady || v.passes(h) || v.g.ContainsHash(h) || v.over.owes(h) || !l.ready.holds(until)
 }
 
 // MayContainContext is [Loader.MayContain] for a lookup made under ctx:
@@ -82,7 +82,7 @@ func (l *Loader[K, V]) Get(ctx context.Context, key K) (V, error) {
 	if !guarded && v.recheckAt != 0 {
 		l.recheck(v)
 	}
-	if guarded && !v.g.ContainsHash(h) {
+	if guarded && !v.g.ContainsHash(h) && !v.over.owes(h) {
 		// screen's first case, written out: the path the Loader exists
 		// for, 21 ns, of which the call cost 6% (BenchmarkLoaderGet).
 		// The clock is read for an answer "absent" only (lease.go).

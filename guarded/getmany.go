@@ -58,6 +58,9 @@ func (l *Loader[K, V]) GetMany(ctx context.Context, keys []K) (vals []V, errs []
 	ready := until != notReady && tokenOK
 	if ready {
 		v.g.ContainsManyHashes(hs, maybe)
+		for i, h := range hs {
+			maybe[i] = maybe[i] || v.over.owes(h) // a copy the guard refused (overCopies.owes)
+		}
 		ready = l.ready.holds(until) // one reading of the clock, after the guard's (lease.go)
 	}
 	// The keys the store must answer, first occurrence of each; the

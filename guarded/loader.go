@@ -113,7 +113,8 @@ type view struct {
 	settleSeq uint64
 	// over counts, per key hash, the copies the guard refused because it
 	// held guard.MaxCopies of the key already (Loader.add): copies owed,
-	// which a removal takes before a copy the guard holds (Loader.remove).
+	// which a removal takes before a copy the guard holds (Loader.remove),
+	// and which answer "present" for their key (overCopies.owes).
 	over overCopies
 }
 
@@ -142,6 +143,22 @@ func (o *overCopies) add(h uint64) {
 		o.n[h]++
 	}
 	o.any.Store(true)
+}
+
+// owes reports whether a refused copy of h is counted: the key is present
+// even if the guard holds no copy of it. The guard refuses a copy when it
+// holds MaxCopies of the key or of keys it cannot tell from it (the same
+// fingerprint, buckets and tail); the copies of those other keys leave
+// with their removals, and the refused key would then read absent while
+// its row exists. A lookup that the guard answered "absent" asks this
+// too: one atomic load while nothing is owed, as almost always.
+func (o *overCopies) owes(h uint64) bool {
+	if !o.any.Load() {
+		return false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.n[h] != 0
 }
 
 // take takes one refused copy of h, if one is counted.

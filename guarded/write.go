@@ -296,11 +296,13 @@ func (l *Loader[K, V]) add(v *view, h uint64) (bool, error) {
 	}
 	if errors.Is(err, guard.ErrTooManyCopies) {
 		// The guard holds guard.MaxCopies copies of the key (or of keys it
-		// cannot tell from it): present already. The copy is owed rather
+		// cannot tell from it): present for now. The copy is owed rather
 		// than dropped (view.over): a feed's deletions may come for each
 		// copy added (a key deleted and inserted again through the Loader
 		// faster than the stream follows), and the first removals take
-		// the owed copies, not the ones the guard holds.
+		// the owed copies, not the ones the guard holds; and if the
+		// copies were other keys', their removals may take every one of
+		// them, so lookups count an owed copy as present.
 		v.over.add(h)
 		return true, nil
 	}
