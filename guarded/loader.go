@@ -151,11 +151,13 @@ func (o *overCopies) add(h uint64) {
 // fingerprint, buckets and tail); the copies of those other keys leave
 // with their removals, and the refused key would then read absent while
 // its row exists. A lookup that the guard answered "absent" asks this
-// too: one atomic load while nothing is owed, as almost always.
+// too: one atomic load, inlined, while nothing is owed, as almost always.
 func (o *overCopies) owes(h uint64) bool {
-	if !o.any.Load() {
-		return false
-	}
+	return o.any.Load() && o.counted(h)
+}
+
+// counted is owes once some copy is owed.
+func (o *overCopies) counted(h uint64) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.n[h] != 0
