@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -90,4 +91,59 @@ func TestMeasureResume(t *testing.T) {
 	if wrong != 0 || sb.FullReads != 0 {
 		t.Fatalf("%d wrong 404s, %d reads by the restarted process; want 0, 0", wrong, sb.FullReads)
 	}
+}
+
+// TestMeasureWriteTax measures, with CUCKOOGUARD_MEASURE=1, what binlog
+// followers cost the server's writers: the statements per second that 8
+// writers commit on a table (inserts of two rows, deletes and key updates,
+// as the fault tests write) with no follower, with 1 and with 8 following
+// it, alternated in rounds (CUCKOOGUARD_ROUNDS, 2 by default) of 5 s each.
+// Each follower is a binlog reader of the whole server (a dump thread)
+// and a Follower in this process, with its heartbeat; the server, the
+// writers and the followers share this machine's cores, as the test
+// says when it logs.
+func TestMeasureWriteTax(t *testing.T) {
+	if os.Getenv("CUCKOOGUARD_MEASURE") != "1" {
+		t.Skip("set CUCKOOGUARD_MEASURE=1 to measure")
+	}
+	srv := testDSN(t)
+	table, _ := newTable(t, srv, "id BIGINT NOT NULL PRIMARY KEY, v INT", "")
+	const d = 5 * time.Second
+	rounds := 2
+	if n, err := strconv.Atoi(os.Getenv("CUCKOOGUARD_ROUNDS")); err == nil && n > 0 {
+		rounds = n
+	}
+	phase := func(followers int) float64 {
+		var nodes []*node[int64]
+		for range followers {
+			nodes = append(nodes, startNode(t, srv, table, "id", parseInt64))
+		}
+		for _, n := range nodes {
+			n.waitCurrent(t)
+		}
+		w := startWriters(t, srv, table, 8, 1<<20)
+		time.Sleep(d)
+		w.halt()
+		for _, n := range nodes {
+			n.waitCurrent(t) // it kept up: every commit applied
+			n.halt(t)
+		}
+		return float64(w.commits.Load()) / d.Seconds()
+	}
+	rates := map[int][]float64{}
+	for range rounds {
+		for _, f := range []int{0, 1, 0, 8} {
+			rates[f] = append(rates[f], phase(f))
+		}
+	}
+	mean := func(xs []float64) float64 {
+		s := 0.0
+		for _, x := range xs {
+			s += x
+		}
+		return s / float64(len(xs))
+	}
+	none := mean(rates[0])
+	t.Logf("8 writers, %d cores (GOMAXPROCS %d), statements/s per %v run: no follower %.0f, 1 follower %.0f (%.2fx), 8 followers %.0f (%.2fx)",
+		runtime.NumCPU(), runtime.GOMAXPROCS(0), d, rates[0], rates[1], mean(rates[1])/none, rates[8], mean(rates[8])/none)
 }
