@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
-	"strings"
+
+	"github.com/cuckooguard/cuckooguard/internal/tagrec"
 )
 
 // A tag names, in a writing transaction, the keys it creates through this
@@ -114,28 +114,9 @@ func (f *Follower[K]) tagContent(run string, keys []K) ([]byte, error) {
 			}
 			return nil, fmt.Errorf("mysql: Tag: key %v does not read back from its text %q (%v): the Follower could not tell its insert from another key's; set WithKeyText", k, text, err)
 		}
-		b = appendTagField(appendTagField(b, run), text)
+		b = tagrec.Append(b, run, text)
 	}
 	return b, nil
-}
-
-func appendTagField(b []byte, s string) []byte {
-	b = strconv.AppendInt(b, int64(len(s)), 10)
-	b = append(b, ':')
-	return append(b, s...)
-}
-
-// cutTagField cuts one "<len>:<bytes>" field from the front of s.
-func cutTagField(s string) (field, rest string, ok bool) {
-	n, after, ok := strings.Cut(s, ":")
-	if !ok {
-		return "", "", false
-	}
-	l, err := strconv.Atoi(n)
-	if err != nil || l < 0 || l > len(after) {
-		return "", "", false
-	}
-	return after[:l], after[l:], true
 }
 
 // own returns the keys that the tags of one transaction name for this
@@ -145,33 +126,7 @@ func (f *Follower[K]) own(tags []string) map[K]int {
 	if len(tags) == 0 {
 		return nil
 	}
-	run := *f.run.Load()
-	var own map[K]int
-	for _, rest := range tags {
-		for rest != "" {
-			tag, after, ok := cutTagField(rest)
-			if !ok {
-				break
-			}
-			text, after, ok := cutTagField(after)
-			if !ok {
-				break
-			}
-			rest = after
-			if tag != run {
-				continue
-			}
-			k, err := f.parse(text)
-			if err != nil {
-				continue
-			}
-			if own == nil {
-				own = make(map[K]int)
-			}
-			own[k]++
-		}
-	}
-	return own
+	return tagrec.Own(*f.run.Load(), tags, f.parse)
 }
 
 // newRun starts another run: tags written from now on are told apart from

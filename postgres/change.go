@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cuckooguard/cuckooguard/internal/tagrec"
 )
 
 // Op is the kind of a change.
@@ -67,7 +69,7 @@ func ParseChange(payload string) (Change, error) {
 	if c.At, err = strconv.ParseInt(field, 10, 64); err != nil {
 		return bad("timestamp")
 	}
-	origin, rest, ok := cutKey(rest)
+	origin, rest, ok := tagrec.CutField(rest)
 	if !ok || !strings.HasPrefix(rest, " ") {
 		return bad("origin")
 	}
@@ -79,17 +81,17 @@ func ParseChange(payload string) (Change, error) {
 		}
 		return c, nil
 	case Insert, Delete:
-		k, tail, ok := cutKey(rest)
+		k, tail, ok := tagrec.CutField(rest)
 		if !ok || tail != "" {
 			return bad("key")
 		}
 		c.Key = k
 	case Update:
-		old, tail, ok := cutKey(rest)
+		old, tail, ok := tagrec.CutField(rest)
 		if !ok || !strings.HasPrefix(tail, " ") {
 			return bad("old key")
 		}
-		k, tail, ok := cutKey(tail[1:])
+		k, tail, ok := tagrec.CutField(tail[1:])
 		if !ok || tail != "" {
 			return bad("new key")
 		}
@@ -98,19 +100,6 @@ func ParseChange(payload string) (Change, error) {
 		return bad("unknown operation")
 	}
 	return c, nil
-}
-
-// cutKey reads "<len>:<key>" from the front of s.
-func cutKey(s string) (key, rest string, ok bool) {
-	ls, tail, found := strings.Cut(s, ":")
-	if !found {
-		return "", "", false
-	}
-	n, err := strconv.Atoi(ls)
-	if err != nil || n < 0 || n > len(tail) {
-		return "", "", false
-	}
-	return tail[:n], tail[n:], true
 }
 
 // Snapshot is a PostgreSQL transaction snapshot (pg_current_snapshot()):

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cuckooguard/cuckooguard/guarded"
+	"github.com/cuckooguard/cuckooguard/internal/tagrec"
 )
 
 // The tests in this file decode pgoutput without a server.
@@ -261,7 +262,7 @@ func TestApplierRecreatedKeyCancelsHeldDeletion(t *testing.T) {
 					if err := a.f.feed.Apply(guarded.Change[int64]{Key: 1}); err != nil {
 						t.Fatal(err)
 					}
-					feed(t, d, a, begin(xid), messageMsg(originPrefix, appendField(appendField(nil, "A 1"), "1")), insertMsg(7, "1"), commit(uint64(0x101+2*i)))
+					feed(t, d, a, begin(xid), messageMsg(originPrefix, tagrec.AppendField(tagrec.AppendField(nil, "A 1"), "1")), insertMsg(7, "1"), commit(uint64(0x101+2*i)))
 				} else {
 					feed(t, d, a, begin(xid), insertMsg(7, "1"), commit(uint64(0x101+2*i)))
 				}
@@ -300,7 +301,7 @@ func TestOwnInsertsAheadOfTheStream(t *testing.T) {
 		if err := a.f.feed.Apply(guarded.Change[int64]{Key: 1}); err != nil { // Loader.Insert's copy, before the stream has anything
 			t.Fatal(err)
 		}
-		msgs = append(msgs, begin(xid), messageMsg(originPrefix, appendField(appendField(nil, "A 1"), "1")), insertMsg(7, "1"), commit(uint64(0x100+2*i)))
+		msgs = append(msgs, begin(xid), messageMsg(originPrefix, tagrec.AppendField(tagrec.AppendField(nil, "A 1"), "1")), insertMsg(7, "1"), commit(uint64(0x100+2*i)))
 		xid++
 		if i < 5 {
 			msgs = append(msgs, begin(xid), deleteMsg(7, "1"), commit(uint64(0x101+2*i)))
@@ -400,7 +401,7 @@ func TestApplierSkipsTaggedKeysOnly(t *testing.T) {
 	tag := func(run string, keys ...int64) []byte {
 		var b []byte
 		for _, k := range keys {
-			b = appendField(appendField(b, run), strconv.FormatInt(k, 10))
+			b = tagrec.AppendField(tagrec.AppendField(b, run), strconv.FormatInt(k, 10))
 		}
 		return messageMsg(originPrefix, b)
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cuckooguard/cuckooguard/internal/tagrec"
 )
 
 // A Tagger writes and reads the tags of one follower's run: messages in a
@@ -116,49 +118,23 @@ func (t *Tagger[K]) content(run string, keys []K) ([]byte, error) {
 			}
 			return nil, fmt.Errorf("postgres: Tag: key %v does not read back from its text %q (%v): the follower could not tell its insert from another key's; give the Loader keys in the form the table stores and parse returns, or set WithKeyText", k, text, err)
 		}
-		b = appendField(appendField(b, run), text)
+		b = tagrec.Append(b, run, text)
 	}
 	return b, nil
-}
-
-func appendField(b []byte, s string) []byte {
-	b = strconv.AppendInt(b, int64(len(s)), 10)
-	b = append(b, ':')
-	return append(b, s...)
 }
 
 // Own returns the keys that the tags of one transaction name for this
 // run, with how many times each, or nil if none does. Tags of other
 // followers and earlier runs, and tags it cannot read, name none.
 func (t *Tagger[K]) Own(tags [][]byte) map[K]int {
-	run := *t.run.Load()
-	var own map[K]int
-	for _, content := range tags {
-		rest := string(content)
-		for rest != "" {
-			tag, after, ok := cutKey(rest)
-			if !ok {
-				break
-			}
-			text, after, ok := cutKey(after)
-			if !ok {
-				break
-			}
-			rest = after
-			if tag != run {
-				continue
-			}
-			k, err := t.parse(text)
-			if err != nil {
-				continue
-			}
-			if own == nil {
-				own = make(map[K]int)
-			}
-			own[k]++
-		}
+	if len(tags) == 0 {
+		return nil
 	}
-	return own
+	contents := make([]string, len(tags))
+	for i, c := range tags {
+		contents[i] = string(c)
+	}
+	return tagrec.Own(*t.run.Load(), contents, t.parse)
 }
 
 // Tag names the keys that transaction tx creates on behalf of this

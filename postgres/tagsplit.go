@@ -1,5 +1,7 @@
 package postgres
 
+import "github.com/cuckooguard/cuckooguard/internal/tagrec"
+
 // SplitTag splits the content of a tag (what [Follower.Tag] emits, as a
 // SourceCommit's Tags carry it) into pieces of at most size bytes each,
 // at the boundaries of its records, so that a relay can pass a tag of
@@ -15,9 +17,9 @@ func SplitTag(tag []byte, size int) [][]byte {
 	start, end := 0, 0 // the piece being made is tag[start:end]
 	rest := string(tag)
 	for rest != "" {
-		_, after, ok := cutKey(rest)
+		_, after, ok := tagrec.CutField(rest)
 		if ok {
-			_, after, ok = cutKey(after)
+			_, after, ok = tagrec.CutField(after)
 		}
 		if !ok {
 			break

@@ -5,6 +5,8 @@ import (
 	"maps"
 	"strconv"
 	"testing"
+
+	"github.com/cuckooguard/cuckooguard/internal/tagrec"
 )
 
 // FuzzSplitTag splits tags of fuzzed keys, and fuzzed bytes, under fuzzed
@@ -37,8 +39,8 @@ func FuzzSplitTag(f *testing.F) {
 		}
 		for i, p := range pieces {
 			if len(p) > int(size) && len(pieces) > 1 {
-				if _, after, ok := cutKey(string(p)); ok {
-					if _, after, ok = cutKey(after); ok && after != "" {
+				if _, after, ok := tagrec.CutField(string(p)); ok {
+					if _, after, ok = tagrec.CutField(after); ok && after != "" {
 						t.Errorf("piece %d of %d: %d bytes, over %d, and more than one record: %q", i, len(pieces), len(p), size, p)
 					}
 				}

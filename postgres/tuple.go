@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cuckooguard/cuckooguard/internal/tagrec"
 )
 
 // Keys of several columns.
@@ -123,7 +125,7 @@ func TupleOf(texts ...string) Tuple {
 // appendTuple appends the Tuple of texts to b.
 func appendTuple(b []byte, texts []string) []byte {
 	for _, s := range texts {
-		b = appendField(b, s)
+		b = tagrec.AppendField(b, s)
 	}
 	return b
 }
@@ -224,7 +226,7 @@ func (r *keyRule) tupleForm(text string, server bool) (string, error) {
 				return "", fmt.Errorf("column %d, of type %s: %w", i+1, p.typ, err)
 			}
 		}
-		b = appendField(b, s)
+		b = tagrec.AppendField(b, s)
 	}
 	return string(b), nil
 }
@@ -244,7 +246,7 @@ func keyText(rule *keyRule, raw [][]byte) (string, bool, error) {
 		if v == nil {
 			return "", false, nil
 		}
-		b = appendField(b, string(v))
+		b = tagrec.AppendField(b, string(v))
 	}
 	s, err := rule.fromServer(string(b))
 	return s, true, err
