@@ -141,11 +141,16 @@
 // from its own print or from 'Y-M-D[( |T)h:m[:s[.f]]]', 'YYYYMMDD' or
 // 'YYYYMMDDhhmmss[.f]' (other spellings, a zero month or day in another
 // spelling than the print, and more than p fraction digits that are not
-// zeros go to the store). Any other column is refused with [ErrKeyType],
-// naming the column, its type and the fix: a collation with expansions
-// or ignorable characters (utf8mb4_unicode_ci, language collations),
-// BINARY(n), floating point, TIMESTAMP (a lookup's text means an instant
-// in its session's time_zone), DATE and TIME, ENUM, other character sets.
+// zeros go to the store). An ENUM as its member's text as defined (the
+// binlog carries its index), from any text the column's collation makes
+// equal to it; the error value, index 0, is the empty text. Any other column is
+// refused with [ErrKeyType], naming the column, its type and the fix: a
+// collation with expansions or ignorable characters (utf8mb4_unicode_ci,
+// language collations), BINARY(n), floating point, TIMESTAMP (a lookup's
+// text means an instant in its session's time_zone), DATE and TIME, SET,
+// an ENUM with a member that has a backslash, a '?' or a 4-byte
+// character (information_schema writes one as '?') or that is empty,
+// other character sets.
 //
 // # Setup
 //

@@ -22,6 +22,11 @@ type keyForm struct {
 	w      *weights
 	prec   int // DATETIME: the fraction digits it prints
 
+	// ENUM: members[i] is the text of index i (the binlog's value), 0
+	// being the error value ''; member maps the text form (as of a text
+	// column of the ENUM's collation) of each to its text.
+	members []string
+	member  map[string]string
 }
 
 type formKind int
@@ -32,6 +37,7 @@ const (
 	formBytes
 	formText
 	formDatetime
+	formEnum
 )
 
 // canon returns the key's one text for text, a value of the column in
@@ -58,11 +64,24 @@ func (k *keyForm) canon(text string) (string, error) {
 		return text, nil
 	case formDatetime:
 		return canonDatetime(text, k.prec, k.column)
+	case formEnum:
+		form, err := k.textCanon(text)
+		if err != nil {
+			return "", err
+		}
+		if m, ok := k.member[form]; ok {
+			return m, nil
+		}
+		// The server's = finds no row for a text no member equals (it
+		// compares an ENUM with a text as text): form is no member's text
+		// (a member's form is its own form's), so the guard does not hold
+		// it, and reports it absent, as it is.
+		return form, nil
 	}
 	return k.textCanon(text)
 }
 
-// textCanon is canon of a text column.
+// textCanon is canon of a text column, or of an ENUM's texts.
 func (k *keyForm) textCanon(text string) (string, error) {
 	if !utf8.ValidString(text) {
 		return "", fmt.Errorf("mysql: key %q of %s is not UTF-8", text, k.column)
@@ -86,6 +105,13 @@ func (k *keyForm) fromRow(v any) (text string, ok bool, err error) {
 	case nil:
 		return "", false, nil
 	case int64:
+		if k.kind == formEnum {
+			// An ENUM's index, as the binlog carries it.
+			if v < 0 || v >= int64(len(k.members)) {
+				return "", false, fmt.Errorf("mysql: the binlog gave %s index %d, of an ENUM of %d members", k.column, v, len(k.members)-1)
+			}
+			return k.members[v], true, nil
+		}
 		text = k.intText(v)
 	case time.Time:
 		if k.kind != formDatetime {
@@ -216,8 +242,40 @@ func formOf(c column, load func(collation string) (*weights, error)) (*keyForm, 
 		// the guard cannot know (and a SYSTEM zone with summer time reads
 		// one text as either of two instants in the hour it repeats).
 		return refuse("TIMESTAMP is not supported: a lookup's text means an instant in its session's time_zone, which the guard cannot know; use DATETIME(p), with the times in UTC")
+	case dt == "enum":
+		k.kind = formEnum
+		if why, err := k.textRule(c, load); why != "" || err != nil {
+			if err != nil {
+				return nil, err
+			}
+			return refuse(why)
+		}
+		ms, err := enumMembers(c.columnType)
+		if err != nil {
+			return refuse(fmt.Sprintf("its members cannot be read (%v): use members without a backslash, a '?' or a 4-byte character, or a VARCHAR", err))
+		}
+		k.members = append([]string{""}, ms...)
+		k.member = make(map[string]string, len(k.members))
+		for _, m := range k.members {
+			form, err := k.textCanon(m)
+			if err != nil {
+				return refuse(fmt.Sprintf("member %q: %v", m, err))
+			}
+			if o, ok := k.member[form]; ok {
+				// Two rows could hold one text (the server refuses two
+				// members equal under the collation, not a member '' or
+				// of spaces alone, equal to the error value).
+				if o == "" {
+					return refuse(fmt.Sprintf("member %q is one text with the error value '' (index 0) under its collation, and a delete of one row would drop the other's key: rename the member", m))
+				}
+				return refuse(fmt.Sprintf("members %q and %q are one text under its collation: rename one", o, m))
+			}
+			k.member[form] = m
+		}
+	case dt == "set":
+		return refuse("SET is not supported: use an ENUM, or a VARCHAR")
 	default:
-		return refuse("this type is not supported yet: use an integer, DECIMAL, VARBINARY, a utf8mb4 VARCHAR or DATETIME")
+		return refuse("this type is not supported yet: use an integer, DECIMAL, VARBINARY, a utf8mb4 VARCHAR, DATETIME or ENUM")
 	}
 	return k, nil
 }

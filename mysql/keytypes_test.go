@@ -72,6 +72,9 @@ func TestKeyTypesRefused(t *testing.T) {
 		says []string
 	}{
 		{"timestamp", "TIMESTAMP(3)", []string{"column k", "timestamp(3)", "time_zone", "DATETIME"}},
+		{"set", "SET('a','b')", []string{"column k", "set('a','b')", "ENUM"}},
+		{"enum 4-byte", "ENUM('😀','a') CHARACTER SET utf8mb4", []string{"column k", "enum(", "4-byte", "VARCHAR"}},
+		{"enum ''", "ENUM('','a')", []string{"column k", "error value", "rename"}},
 		{"date", "DATE", []string{"column k", "date", "DATETIME"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
