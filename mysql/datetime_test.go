@@ -132,6 +132,8 @@ func TestDatetimeKeys(t *testing.T) {
 			rnd := rand.New(rand.NewPCG(52, uint64(prec)))
 			t.Logf("seed 52, %d", prec)
 			table, c := newTable(t, srv, fmt.Sprintf("k DATETIME(%d) NOT NULL PRIMARY KEY, v INT", prec), "")
+			// A DATETIME is no instant: the writer's zone changes nothing.
+			exec(t, c, "SET SESSION time_zone = '+05:30'")
 			var values []string // as written: six digits, which the server cuts to prec
 			for range 200 {
 				values = append(values, randomDatetime(rnd))

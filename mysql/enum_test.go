@@ -52,12 +52,13 @@ func TestEnumFromRow(t *testing.T) {
 	}
 }
 
-// TestEnumKeys follows an ENUM key column under a few collations, with
-// rows another client writes before the read and in the stream (one of
-// them the error value, index 0, where the collation allows it), and
-// checks: every committed key reads present through the Loader, and the
-// form agrees with the server's = on random spellings of members and of
-// other texts, for each spelling the form does not refuse.
+// TestEnumKeys follows an ENUM key column under a few collations (of
+// utf8mb4, and of utf8mb3, where the server refuses a text with a 4-byte
+// character: the form must refuse it too), with rows another client
+// writes before the read and in the stream (one of them the error value,
+// index 0), and checks: every committed key reads present through the
+// Loader, and the form agrees with the server's = on random spellings of
+// members and of other texts, for each spelling the form does not refuse.
 func TestEnumKeys(t *testing.T) {
 	srv := testDSN(t)
 	members := []string{"a", "B", "c d", "it's", "Zoë", "Straße", "Ω", "ÉTÉ", "x-y_z", "2", "tr "}
@@ -66,10 +67,11 @@ func TestEnumKeys(t *testing.T) {
 		quoted[i] = "'" + strings.ReplaceAll(m, "'", "''") + "'"
 	}
 	alphabet := []string{"a", "A", "á", "b", "B", "c", "C", " ", "d", "z", "Z", "ë", "e", "É", "é", "s", "S", "ß", "t", "T", "r", "'", "😀", "ω", "Ω", "2", "-", "_", "x", "y"}
-	for _, collation := range []string{"utf8mb4_general_ci", "utf8mb4_bin", "utf8mb4_general_nopad_ci", "utf8mb4_nopad_bin"} {
+	for _, collation := range []string{"utf8mb4_general_ci", "utf8mb4_bin", "utf8mb4_general_nopad_ci", "utf8mb4_nopad_bin", "utf8mb3_general_ci"} {
 		t.Run(collation, func(t *testing.T) {
 			rnd := rand.New(rand.NewPCG(52, uint64(len(collation))))
-			table, c := newTable(t, srv, "k ENUM("+strings.Join(quoted, ",")+") CHARACTER SET utf8mb4 COLLATE "+collation+" NOT NULL PRIMARY KEY, v INT", "")
+			charset, _, _ := strings.Cut(collation, "_")
+			table, c := newTable(t, srv, "k ENUM("+strings.Join(quoted, ",")+") CHARACTER SET "+charset+" COLLATE "+collation+" NOT NULL PRIMARY KEY, v INT", "")
 			exec(t, c, "SET SESSION sql_mode = ''") // the error value, index 0
 			insert := func(idx []int) {
 				for _, i := range idx {
@@ -97,7 +99,7 @@ func TestEnumKeys(t *testing.T) {
 			for _, k := range keys {
 				present[k] = true
 			}
-			var checked, hits, agree, refused, disagree, wrong int
+			var checked, hits, agree, refused, disagree, wrong, serverErr int
 			for range 1500 {
 				var s string
 				switch rnd.IntN(3) {
@@ -113,10 +115,20 @@ func TestEnumKeys(t *testing.T) {
 					s = b.String()
 				}
 				r, err := c.Execute("SELECT CONCAT(k) FROM `"+table+"` WHERE k = ?", s)
+				checked++
+				if isServerErr(err) && charset == "utf8mb3" && hasSupplementary(s) {
+					// Error 1267, an illegal mix of collations: the store
+					// gets this text, which the form must not judge.
+					serverErr++
+					if got, err := form.canon(s); err == nil {
+						disagree++
+						t.Errorf("canon(%q) = %q; the server refuses the text", s, got)
+					}
+					continue
+				}
 				if err != nil {
 					t.Fatal(err)
 				}
-				checked++
 				var found []string
 				for i := range r.RowNumber() {
 					f, _ := r.GetString(i, 0)
@@ -140,8 +152,8 @@ func TestEnumKeys(t *testing.T) {
 					t.Errorf("canon(%q) = %q; the server's = finds %q", s, got, found)
 				}
 			}
-			t.Logf("%d keys, 0 wrong 404s; %d spellings (the server finds %d): %d agree with the server's =, %d refused, %d disagree; %d wrong 404s",
-				len(keys), checked, hits, agree, refused, disagree, wrong)
+			t.Logf("%d keys, 0 wrong 404s; %d spellings (the server finds %d, refuses %d): %d agree with the server's =, %d refused, %d disagree; %d wrong 404s",
+				len(keys), checked, hits, serverErr, agree, refused, disagree, wrong)
 			if disagree != 0 || wrong != 0 {
 				t.Fatalf("%d disagreements, %d wrong 404s", disagree, wrong)
 			}
