@@ -15,7 +15,7 @@ type column struct {
 	ordinal    int    // 0-based, as in the binlog's rows
 	columns    int    // of the table
 	dataType   string // DATA_TYPE: int, varchar, decimal, ...
-	columnType string // COLUMN_TYPE: int(10) unsigned, varchar(64), ...
+	columnType string // COLUMN_TYPE: int(10) unsigned, varchar(64), enum('a','B') (members as defined), ...
 	charset    string // "" for a type without one
 	collation  string
 	nullable   bool
@@ -49,8 +49,12 @@ func describe(conn *client.Conn, db, table, key string) (column, error) {
 	str := func(i int) string { s, _ := r.GetString(0, i+2); return s }
 	ord, _ := r.GetInt(0, 2)
 	n, _ := r.GetInt(0, 9)
+	dataType, columnType := strings.ToLower(str(1)), str(2)
+	if dataType != "enum" && dataType != "set" { // their members keep their case
+		columnType = strings.ToLower(columnType)
+	}
 	return column{schema: str(-2), table: str(-1), name: key, ordinal: int(ord) - 1, columns: int(n),
-		dataType: strings.ToLower(str(1)), columnType: strings.ToLower(str(2)),
+		dataType: dataType, columnType: columnType,
 		charset: str(3), collation: str(4), nullable: str(5) == "YES",
 		engine: str(6), uniqueKey: str(8)}, nil
 }

@@ -136,11 +136,21 @@
 // utf8mb3_general_ci), each character replaced by the lowest character of
 // its weight, without trailing spaces under PAD SPACE. Those weights are
 // read from the server's own WEIGHT_STRING at the start, and the form is
-// checked against the server's = on random texts before it is used. Any
-// other column is refused with [ErrKeyType], naming the column, its
-// collation and the fix: a collation with expansions or ignorable
-// characters (utf8mb4_unicode_ci, language collations), BINARY(n),
-// floating point, dates and times, ENUM, other character sets.
+// checked against the server's = on random texts before it is used. A
+// DATETIME(p) as the server prints it, with exactly p fraction digits,
+// from its own print or from 'Y-M-D[( |T)h:m[:s[.f]]]', 'YYYYMMDD' or
+// 'YYYYMMDDhhmmss[.f]' (other spellings, a zero month or day in another
+// spelling than the print, and more than p fraction digits that are not
+// zeros go to the store). An ENUM as its member's text as defined (the
+// binlog carries its index), from any text the column's collation makes
+// equal to it; the error value, index 0, is the empty text. Any other column is
+// refused with [ErrKeyType], naming the column, its type and the fix: a
+// collation with expansions or ignorable characters (utf8mb4_unicode_ci,
+// language collations), BINARY(n), floating point, TIMESTAMP (a lookup's
+// text means an instant in its session's time_zone), DATE and TIME, SET,
+// an ENUM with a member that has a backslash, a '?' or a 4-byte
+// character (information_schema writes one as '?') or that is empty,
+// other character sets.
 //
 // # Setup
 //

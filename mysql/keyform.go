@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -19,6 +20,13 @@ type keyForm struct {
 	pad    bool // text: a PAD SPACE collation (trailing spaces are ignored)
 	mb3    bool // text: utf8mb3, which holds no 4-byte character
 	w      *weights
+	prec   int // DATETIME: the fraction digits it prints
+
+	// ENUM: members[i] is the text of index i (the binlog's value), 0
+	// being the error value ''; member maps the text form (as of a text
+	// column of the ENUM's collation) of each to its text.
+	members []string
+	member  map[string]string
 }
 
 type formKind int
@@ -28,6 +36,8 @@ const (
 	formDecimal
 	formBytes
 	formText
+	formDatetime
+	formEnum
 )
 
 // canon returns the key's one text for text, a value of the column in
@@ -52,7 +62,27 @@ func (k *keyForm) canon(text string) (string, error) {
 		return canonDecimal(text, k.column)
 	case formBytes:
 		return text, nil
+	case formDatetime:
+		return canonDatetime(text, k.prec, k.column)
+	case formEnum:
+		form, err := k.textCanon(text)
+		if err != nil {
+			return "", err
+		}
+		if m, ok := k.member[form]; ok {
+			return m, nil
+		}
+		// The server's = finds no row for a text no member equals (it
+		// compares an ENUM with a text as text): form is no member's text
+		// (a member's form is its own form's), so the guard does not hold
+		// it, and reports it absent, as it is.
+		return form, nil
 	}
+	return k.textCanon(text)
+}
+
+// textCanon is canon of a text column, or of an ENUM's texts.
+func (k *keyForm) textCanon(text string) (string, error) {
 	if !utf8.ValidString(text) {
 		return "", fmt.Errorf("mysql: key %q of %s is not UTF-8", text, k.column)
 	}
@@ -74,6 +104,20 @@ func (k *keyForm) fromRow(v any) (text string, ok bool, err error) {
 	switch v := v.(type) {
 	case nil:
 		return "", false, nil
+	case int64:
+		if k.kind == formEnum {
+			// An ENUM's index, as the binlog carries it.
+			if v < 0 || v >= int64(len(k.members)) {
+				return "", false, fmt.Errorf("mysql: the binlog gave %s index %d, of an ENUM of %d members", k.column, v, len(k.members)-1)
+			}
+			return k.members[v], true, nil
+		}
+		text = k.intText(v)
+	case time.Time:
+		if k.kind != formDatetime {
+			return "", false, fmt.Errorf("mysql: the binlog gave %s a value of type %T", k.column, v)
+		}
+		text = datetimeText(v, k.prec) // a parser that parses times; ours gives strings
 	case string:
 		text = strings.Clone(v) // the decoder's string may alias its buffer
 	case []byte:
@@ -84,8 +128,6 @@ func (k *keyForm) fromRow(v any) (text string, ok bool, err error) {
 		text = k.intText(int64(v))
 	case int32:
 		text = k.intText(int64(v))
-	case int64:
-		text = k.intText(v)
 	default:
 		return "", false, fmt.Errorf("mysql: the binlog gave %s a value of type %T", k.column, v)
 	}
@@ -176,32 +218,89 @@ func formOf(c column, load func(collation string) (*weights, error)) (*keyForm, 
 		return refuse("BINARY(n) is not supported yet: use VARBINARY(n)")
 	case dt == "char" || dt == "varchar" || dt == "text" || dt == "tinytext" || dt == "mediumtext" || dt == "longtext":
 		k.kind = formText
-		switch c.charset {
-		case "utf8mb4":
-		case "utf8mb3", "utf8":
-			k.mb3 = true
-		default:
-			return refuse("only utf8mb4 and utf8mb3 columns are supported: ALTER TABLE … MODIFY " + c.name + " … CHARACTER SET utf8mb4")
-		}
-		nopad := strings.Contains(c.collation, "_nopad_")
-		k.pad = !nopad
-		if dt == "char" && nopad {
+		if dt == "char" && strings.Contains(c.collation, "_nopad_") {
 			// A CHAR loses its trailing spaces when read; under a NO PAD
 			// collation they would count in a lookup.
 			return refuse("CHAR under a NO PAD collation is not supported: use VARCHAR, or a PAD SPACE collation")
 		}
-		if strings.HasSuffix(c.collation, "_bin") {
-			return k, nil // code points as stored
+		if why, err := k.textRule(c, load); why != "" || err != nil {
+			if err != nil {
+				return nil, err
+			}
+			return refuse(why)
 		}
-		w, err := load(c.collation)
+	case dt == "datetime":
+		k.kind = formDatetime
+		if p, ok := strings.CutPrefix(c.columnType, "datetime("); ok && len(p) == 2 && p[1] == ')' && p[0] >= '0' && p[0] <= '6' {
+			k.prec = int(p[0] - '0')
+		} else if c.columnType != "datetime" {
+			return refuse("its fraction digits are not DATETIME(0) to DATETIME(6)")
+		}
+	case dt == "timestamp":
+		// The binlog carries a TIMESTAMP as seconds since the epoch; the
+		// server reads a lookup's text in that session's time_zone, which
+		// the guard cannot know (and a SYSTEM zone with summer time reads
+		// one text as either of two instants in the hour it repeats).
+		return refuse("TIMESTAMP is not supported: a lookup's text means an instant in its session's time_zone, which the guard cannot know; use DATETIME(p), with the times in UTC")
+	case dt == "enum":
+		k.kind = formEnum
+		if why, err := k.textRule(c, load); why != "" || err != nil {
+			if err != nil {
+				return nil, err
+			}
+			return refuse(why)
+		}
+		ms, err := enumMembers(c.columnType)
 		if err != nil {
-			return nil, fmt.Errorf("%w (column %s)", err, c.name)
+			return refuse(fmt.Sprintf("its members cannot be read (%v): use members without a backslash, a '?' or a 4-byte character, or a VARCHAR", err))
 		}
-		k.w = w
+		k.members = append([]string{""}, ms...)
+		k.member = make(map[string]string, len(k.members))
+		for _, m := range k.members {
+			form, err := k.textCanon(m)
+			if err != nil {
+				return refuse(fmt.Sprintf("member %q: %v", m, err))
+			}
+			if o, ok := k.member[form]; ok {
+				// Two rows could hold one text (the server refuses two
+				// members equal under the collation, not a member '' or
+				// of spaces alone, equal to the error value).
+				if o == "" {
+					return refuse(fmt.Sprintf("member %q is one text with the error value '' (index 0) under its collation, and a delete of one row would drop the other's key: rename the member", m))
+				}
+				return refuse(fmt.Sprintf("members %q and %q are one text under its collation: rename one", o, m))
+			}
+			k.member[form] = m
+		}
+	case dt == "set":
+		return refuse("SET is not supported: use an ENUM, or a VARCHAR")
 	default:
-		return refuse("this type is not supported yet: use an integer, DECIMAL, VARBINARY or a utf8mb4 VARCHAR")
+		return refuse("this type is not supported yet: use an integer, DECIMAL, VARBINARY, a utf8mb4 VARCHAR, DATETIME or ENUM")
 	}
 	return k, nil
+}
+
+// textRule sets k's text equality from c's character set and collation,
+// asking the server for the collation's weights (through load) when it is
+// not _bin. why says why c cannot be followed.
+func (k *keyForm) textRule(c column, load func(collation string) (*weights, error)) (why string, err error) {
+	switch c.charset {
+	case "utf8mb4":
+	case "utf8mb3", "utf8":
+		k.mb3 = true
+	default:
+		return "only utf8mb4 and utf8mb3 columns are supported: ALTER TABLE … MODIFY " + c.name + " … CHARACTER SET utf8mb4", nil
+	}
+	k.pad = !strings.Contains(c.collation, "_nopad_")
+	if strings.HasSuffix(c.collation, "_bin") {
+		return "", nil // code points as stored
+	}
+	w, err := load(c.collation)
+	if err != nil {
+		return "", fmt.Errorf("%w (column %s)", err, c.name)
+	}
+	k.w = w
+	return "", nil
 }
 
 func collationSays(c column) string {

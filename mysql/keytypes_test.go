@@ -1,7 +1,9 @@
 package mysql
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -55,6 +57,38 @@ func TestKeyTypes(t *testing.T) {
 				}
 				t.Logf("lookup %q: server %v, guard %v", l, found, may)
 			}
+		})
+	}
+}
+
+// TestKeyTypesRefused checks that a key column of a type the guard cannot
+// hold ends Run at its first session with ErrKeyType, naming the column,
+// its type and what to use.
+func TestKeyTypesRefused(t *testing.T) {
+	srv := testDSN(t)
+	for _, tc := range []struct {
+		name string
+		typ  string
+		says []string
+	}{
+		{"timestamp", "TIMESTAMP(3)", []string{"column k", "timestamp(3)", "time_zone", "DATETIME"}},
+		{"set", "SET('a','b')", []string{"column k", "set('a','b')", "ENUM"}},
+		{"enum 4-byte", "ENUM('😀','a') CHARACTER SET utf8mb4", []string{"column k", "enum(", "4-byte", "VARCHAR"}},
+		{"enum ''", "ENUM('','a')", []string{"column k", "error value", "rename"}},
+		{"date", "DATE", []string{"column k", "date", "DATETIME"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			table, _ := newTable(t, srv, "k "+tc.typ+" NOT NULL PRIMARY KEY", "")
+			err := runOnce(t, srv, table, "k")
+			if !errors.Is(err, ErrKeyType) {
+				t.Fatalf("Run = %v, want ErrKeyType", err)
+			}
+			for _, s := range tc.says {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("Run = %v, want it to say %q", err, s)
+				}
+			}
+			t.Logf("%v", err)
 		})
 	}
 }
