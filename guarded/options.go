@@ -91,8 +91,10 @@ func WithNegativeCache(size int, ttl time.Duration) Option {
 // would then miss a committed row. So every rebuild (and a feed's
 // [Feed.Resync] and [Feed.Replace]) adds each such key to its guard, until
 // the store settles it: the read of a later rebuild from the key source
-// ([KeyLister]) contains it, or, for a unique key, a later [Loader.Insert]
-// of it succeeds or a [Loader.Delete] of it finds the row. A key whose row
+// ([KeyLister]) contains it, or, for a unique key, a [Loader.Insert] of it
+// that began later succeeds or a [Loader.Delete] that began later finds the
+// row (a Delete settles nothing recorded while it ran: an insert of the key
+// may have begun after the row it found was gone). A key whose row
 // never shows is forgotten settle after its write returned: set settle
 // longer than the store may take to make a write visible that its client
 // gave up on (a commit waiting for a synchronous standby takes as long
