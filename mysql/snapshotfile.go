@@ -95,18 +95,13 @@ func (h *snapFile) marshal() ([]byte, error) {
 		}
 	}
 	for _, s := range fields {
-		b = appendField(b, s)
+		b = iox.AppendField16(b, s)
 	}
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(h.held)))
 	for _, s := range h.held {
-		b = appendField(b, s)
+		b = iox.AppendField16(b, s)
 	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli)), nil
-}
-
-func appendField(b []byte, s string) []byte {
-	b = binary.LittleEndian.AppendUint16(b, uint16(len(s)))
-	return append(b, s...)
 }
 
 // columnFields are the fields of c, in their order in the file.
@@ -141,8 +136,9 @@ func readSnapshotFile(path string, opts ...guard.Option) (snapFile, *guard.Guard
 	bad := func(why string, args ...any) (snapFile, *guard.Guard, error) {
 		return snapFile{}, nil, fmt.Errorf("%w %s: %s", errSnapshotFile, path, fmt.Sprintf(why, args...))
 	}
-	fixed := make([]byte, 8+5*4+2*8)
-	if _, err := io.ReadFull(r, fixed); err != nil {
+	c := iox.NewCheckedReader(r)
+	fixed, err := c.Bytes(8 + 5*4 + 2*8)
+	if err != nil {
 		return bad("header: %v", err)
 	}
 	if string(fixed[:4]) != snapFileMagic {
@@ -157,44 +153,25 @@ func readSnapshotFile(path string, opts ...guard.Option) (snapFile, *guard.Guard
 	p.serverID, p.start, p.end = u32(0), u32(1), u32(2)
 	p.gtid = gtid{domain: u32(3), server: u32(4), seq: binary.LittleEndian.Uint64(fixed[28:])}
 	p.sum = binary.LittleEndian.Uint64(fixed[36:])
-	hdr := fixed
-	field := func() (string, error) {
-		var lb [2]byte
-		if _, err := io.ReadFull(r, lb[:]); err != nil {
-			return "", err
-		}
-		s := make([]byte, binary.LittleEndian.Uint16(lb[:]))
-		if _, err := io.ReadFull(r, s); err != nil {
-			return "", err
-		}
-		hdr = append(append(hdr, lb[:]...), s...)
-		return string(s), nil
-	}
 	fields := make([]string, 4+12)
 	for i := range fields {
-		if fields[i], err = field(); err != nil {
+		if fields[i], err = c.Field16(); err != nil {
 			return bad("header: %v", err)
 		}
 	}
-	var nb [4]byte
-	if _, err := io.ReadFull(r, nb[:]); err != nil {
+	nb, err := c.Bytes(4)
+	if err != nil {
 		return bad("header: %v", err)
 	}
-	hdr = append(hdr, nb[:]...)
-	n := binary.LittleEndian.Uint32(nb[:])
-	for range n {
-		s, err := field()
+	for range binary.LittleEndian.Uint32(nb) {
+		s, err := c.Field16()
 		if err != nil {
 			return bad("held deletions: %v", err)
 		}
 		h.held = append(h.held, s)
 	}
-	var sum [4]byte
-	if _, err := io.ReadFull(r, sum[:]); err != nil {
-		return bad("header: %v", err)
-	}
-	if binary.LittleEndian.Uint32(sum[:]) != crc32.Checksum(hdr, castagnoli) {
-		return bad("header checksum mismatch")
+	if err := c.Verify(castagnoli); err != nil {
+		return bad("%v", err)
 	}
 	p.file, h.table, h.key = fields[0], fields[2], fields[3]
 	if p.pos, err = parseGTIDPos(fields[1]); err != nil {

@@ -78,8 +78,7 @@ func (h snapFile) marshal() []byte {
 	b = binary.LittleEndian.AppendUint64(b, uint64(h.lsn))
 	b = binary.LittleEndian.AppendUint64(b, uint64(h.slot.created))
 	for _, s := range h.fields() {
-		b = binary.LittleEndian.AppendUint16(b, uint16(min(len(*s), 1<<16-1)))
-		b = append(b, (*s)[:min(len(*s), 1<<16-1)]...)
+		b = iox.AppendField16(b, (*s)[:min(len(*s), 1<<16-1)])
 	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
@@ -103,8 +102,9 @@ func readSnapshotFile(path string, opts ...guard.Option) (snapFile, *guard.Guard
 	bad := func(why string, args ...any) (snapFile, *guard.Guard, error) {
 		return snapFile{}, nil, fmt.Errorf("%w %s: %s", errSnapshotFile, path, fmt.Sprintf(why, args...))
 	}
-	fixed := make([]byte, 24)
-	if _, err := io.ReadFull(r, fixed); err != nil {
+	c := iox.NewCheckedReader(r)
+	fixed, err := c.Bytes(24)
+	if err != nil {
 		return bad("header: %v", err)
 	}
 	if string(fixed[:4]) != snapFileMagic {
@@ -115,26 +115,13 @@ func readSnapshotFile(path string, opts ...guard.Option) (snapFile, *guard.Guard
 	}
 	h := snapFile{lsn: pglogrepl.LSN(binary.LittleEndian.Uint64(fixed[8:]))}
 	h.slot.created = pglogrepl.LSN(binary.LittleEndian.Uint64(fixed[16:]))
-	hdr := fixed
-	fields := h.fields()
-	for i := range fields {
-		var lb [2]byte
-		if _, err := io.ReadFull(r, lb[:]); err != nil {
+	for _, f := range h.fields() {
+		if *f, err = c.Field16(); err != nil {
 			return bad("header: %v", err)
 		}
-		s := make([]byte, binary.LittleEndian.Uint16(lb[:]))
-		if _, err := io.ReadFull(r, s); err != nil {
-			return bad("header: %v", err)
-		}
-		hdr = append(append(hdr, lb[:]...), s...)
-		*fields[i] = string(s)
 	}
-	var sum [4]byte
-	if _, err := io.ReadFull(r, sum[:]); err != nil {
-		return bad("header: %v", err)
-	}
-	if binary.LittleEndian.Uint32(sum[:]) != crc32.Checksum(hdr, castagnoli) {
-		return bad("header checksum mismatch")
+	if err := c.Verify(castagnoli); err != nil {
+		return bad("%v", err)
 	}
 	g, err := guard.Restore(r, opts...)
 	if err != nil {

@@ -5,8 +5,10 @@ package iox
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -77,4 +79,59 @@ func syncDir(dir string) {
 		d.Sync()
 		d.Close()
 	}
+}
+
+// AppendField16 appends s to b as a snapshot file's header writes a
+// string: its length as a little-endian uint16, then its bytes. s must
+// be shorter than 64 KiB; callers bound or refuse longer ones first.
+func AppendField16(b []byte, s string) []byte {
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(s)))
+	return append(b, s...)
+}
+
+// CheckedReader reads a header that ends in a CRC-32 of its bytes (the
+// followers' snapshot files): it keeps every byte it reads, so that
+// Verify can check the sum over them.
+type CheckedReader struct {
+	r    io.Reader
+	read []byte
+}
+
+// NewCheckedReader returns a CheckedReader of r.
+func NewCheckedReader(r io.Reader) *CheckedReader {
+	return &CheckedReader{r: r}
+}
+
+// Bytes reads the next n bytes.
+func (c *CheckedReader) Bytes(n int) ([]byte, error) {
+	b := make([]byte, n)
+	if _, err := io.ReadFull(c.r, b); err != nil {
+		return nil, err
+	}
+	c.read = append(c.read, b...)
+	return b, nil
+}
+
+// Field16 reads a string that AppendField16 wrote.
+func (c *CheckedReader) Field16() (string, error) {
+	lb, err := c.Bytes(2)
+	if err != nil {
+		return "", err
+	}
+	s, err := c.Bytes(int(binary.LittleEndian.Uint16(lb)))
+	return string(s), err
+}
+
+// Verify reads the little-endian CRC-32 (of tab) that follows the header
+// and checks it against every byte read so far. Its errors say "header:"
+// and what went wrong, or "header checksum mismatch".
+func (c *CheckedReader) Verify(tab *crc32.Table) error {
+	var sum [4]byte
+	if _, err := io.ReadFull(c.r, sum[:]); err != nil {
+		return fmt.Errorf("header: %w", err)
+	}
+	if binary.LittleEndian.Uint32(sum[:]) != crc32.Checksum(c.read, tab) {
+		return errors.New("header checksum mismatch")
+	}
+	return nil
 }
