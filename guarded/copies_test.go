@@ -35,12 +35,19 @@ var collisionOpts = []guard.Option{guard.WithSeed(12345), guard.WithShards(1), g
 // buckets, so removing it from a guard that lacks it removes y.
 func collidingKey(t *testing.T, y int) int {
 	t.Helper()
+	return keyMatching(t, y, func(int) bool { return true })
+}
+
+// keyMatching returns the first key after y that a guard made with
+// collisionOpts holding y answers present for, and that also passes ok.
+func keyMatching(t *testing.T, y int, ok func(k int) bool) int {
+	t.Helper()
 	g := mustNew(t, collisionOpts...)
 	if err := g.AddHash(hashUint64(g, uint64(y))); err != nil {
 		t.Fatal(err)
 	}
 	for k := y + 1; k < y+50_000_000; k++ {
-		if g.ContainsHash(hashUint64(g, uint64(k))) {
+		if g.ContainsHash(hashUint64(g, uint64(k))) && ok(k) {
 			return k
 		}
 	}
@@ -878,26 +885,15 @@ func TestInsertsAheadOfTheFeedOweCopies(t *testing.T) {
 // MaxCopies copies of y refuse a copy of it.
 func identicalKey(t *testing.T, y int) int {
 	t.Helper()
-	probe := mustNew(t, collisionOpts...)
-	if err := probe.AddHash(hashUint64(probe, uint64(y))); err != nil {
-		t.Fatal(err)
-	}
-	for k := y + 1; k < y+50_000_000; k++ {
-		if !probe.ContainsHash(hashUint64(probe, uint64(k))) {
-			continue
-		}
+	return keyMatching(t, y, func(k int) bool {
 		g := mustNew(t, collisionOpts...)
 		for range guard.MaxCopies {
 			if err := g.AddHash(hashUint64(g, uint64(y))); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if errors.Is(g.AddHash(hashUint64(g, uint64(k))), guard.ErrTooManyCopies) {
-			return k
-		}
-	}
-	t.Fatalf("no key is identical to %d in the guard", y)
-	return 0
+		return errors.Is(g.AddHash(hashUint64(g, uint64(k))), guard.ErrTooManyCopies)
+	})
 }
 
 // TestRefusedCopyReadsPresent: the guard refuses a copy of k because it
