@@ -24,8 +24,8 @@ import (
 // first commits. They settle only the records made before their own write
 // began: a Delete that found the row of an earlier insert says nothing of
 // an insert of the key that began after the row was gone, and recorded an
-// unknown outcome before the Delete returned.) A feed's Resync settles nothing: the stream's read may
-// have begun before the write. A key whose row never shows (the write did
+// unknown outcome before the Delete returned.) A feed's Resync settles
+// nothing: the stream's read may have begun before the write. A key whose row never shows (the write did
 // not commit after all) is forgotten once the settle time has passed
 // since its write returned: by then a write that committed is visible.
 // Each rebuild adds every key it still remembers to its fresh guard, one
