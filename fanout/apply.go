@@ -266,7 +266,7 @@ func (s *fsession[K]) reached(lsn uint64) {
 	if lsn == 0 {
 		return
 	}
-	if tok, err := guarded.NewToken(s.f.db.Token(), lsn); err == nil {
+	if tok, err := guarded.NewToken(s.f.origin.Token, lsn); err == nil {
 		s.f.feed.Reached(tok)
 	}
 }
@@ -275,7 +275,7 @@ func (s *fsession[K]) reached(lsn uint64) {
 // else its creations less this run's tagged keys, then its deletions.
 func (s *fsession[K]) apply(t *txMsg) error {
 	f := s.f
-	if f.pos.skip != nil && f.pos.skip.VisibleXid(t.Xid) {
+	if f.pos.skip != nil && f.pos.skip.Saw(t.LSN, t.Xid) {
 		f.skipped.Add(int64(len(t.Creates) + len(t.Deletes)))
 		return nil
 	}

@@ -104,3 +104,6 @@ func (f *Follower[K]) consume(ctx context.Context, subject string) (*consumer, e
 	}
 	return c, nil
 }
+
+// closeWait bounds the goodbyes to a server, on the way out.
+const closeWait = 250 * time.Millisecond

@@ -1,7 +1,13 @@
-// Package fanout lets many replicas follow PostgreSQL tables through one
-// replication slot: a [Relay] holds the slot and publishes every committed
-// change of the guarded tables to a NATS JetStream stream, and each
-// replica's [Follower] keeps its guarded.Loader in step from the stream.
+// Package fanout lets many replicas follow a database's tables through one
+// reader of its change stream: a [Relay] holds it (for PostgreSQL, one
+// replication slot) and publishes every committed change of the guarded
+// tables to a NATS JetStream stream, and each replica's [Follower] keeps
+// its guarded.Loader in step from the stream.
+//
+// The package knows no database: it relays any [follow.Database], which
+// the database's package returns (postgres.Relayed). The followers do not
+// know which database is behind a stream. What follows is said of
+// PostgreSQL, the database relayed today.
 //
 // Following the database directly (postgres.Follower) costs the primary a
 // walsender per replica and table, each decoding all of the database's
@@ -35,14 +41,14 @@
 // saw. The relay publishes a transaction only once it is visible to new
 // snapshots (a commit waiting for a synchronous standby is held back), so
 // a read never misses what the stream already carried. Subjects, messages
-// and saved guards carry the database they come from (postgres.Database):
+// and saved guards carry the database they come from (follow.Origin):
 // two databases, and two relays of one table, never share a subject, and
 // a message or saved guard of another database is refused.
 //
 // Every marker and heartbeat also proves which table the stream is of.
 // Its own transaction reads the oid that the table's schema-qualified
 // name resolves to and the version of that table's publication
-// (postgres.TableIdentity). The relay passes it on beside the identity of
+// (follow.TableIdentity). The relay passes it on beside the identity of
 // the table it streams, and a follower takes it as evidence only when the
 // two are equal. A rename swap, a DROP and CREATE, or a table taken out
 // of its publication end "following" at the first heartbeat after them,
@@ -71,9 +77,10 @@
 // Every replica of a service runs both, with the same relay name:
 //
 //	nc, err := nats.Connect(natsURL)
-//	relay, err := fanout.NewRelay(dsn, "users-api", nc, []postgres.SourceTable{{Table: "users", Key: "id"}})
+//	db, err := postgres.Relayed(dsn) // the database behind the stream
+//	relay, err := fanout.NewRelay(db, "users-api", nc, []follow.Table{{Table: "users", Key: "id"}})
 //	go relay.Run(ctx) // one replica relays at a time; another takes over when it dies or hangs
-//	f, err := fanout.NewFollower(users, nc, dsn, "users", "id", parseID,
+//	f, err := fanout.NewFollower(users, nc, db, "users", "id", parseID,
 //		fanout.WithRelay("users-api"),
 //		fanout.WithOrigin(replicaID),
 //		fanout.WithSnapshots(fanout.DefaultBucket, time.Minute, relay.Leading))
@@ -81,7 +88,7 @@
 //	// This replica's inserts name their keys, as with postgres.Follower.Tag:
 //	err = users.Insert(ctx, id, func(ctx context.Context) error {
 //		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-//			if err := f.Tag(ctx, tx, id); err != nil {
+//			if err := f.Tag(ctx, postgres.ExecIn(tx), id); err != nil {
 //				return err
 //			}
 //			_, err := tx.Exec(ctx, `INSERT INTO users (id, name) VALUES ($1, $2)`, id, name)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cuckooguard/cuckooguard/postgres"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -38,7 +39,7 @@ func TestRelay(t *testing.T) {
 	nodes[0].insert(t, 5000, 5001)
 	err := nodes[1].loader.Insert(ctx, 6000, func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, nodes[1].pool, func(tx pgx.Tx) error {
-			if err := nodes[1].f.Tag(ctx, tx, 6000); err != nil {
+			if err := nodes[1].f.Tag(ctx, postgres.ExecIn(tx), 6000); err != nil {
 				return err
 			}
 			_, err := tx.Exec(ctx, `INSERT INTO users VALUES (6000, 'b'), (6001, 'second row')`)

@@ -10,17 +10,16 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cuckooguard/cuckooguard/follow"
 	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/internal/mono"
 	"github.com/cuckooguard/cuckooguard/internal/options"
-	"github.com/cuckooguard/cuckooguard/postgres"
 )
 
-// Follower keeps a Loader (a postgres.Target, such as a
+// Follower keeps a Loader (a follow.Target, such as a
 // *guarded.Loader) in step with a table from its relay's JetStream stream
 // rather than from the database: it reads the table's subject in stream
 // order, applies each committed change once (the creations less the keys
@@ -51,25 +50,25 @@ import (
 // for a read of the table; it never holds a replication slot. It is safe
 // for concurrent use by multiple goroutines; Run is called once at a time.
 type Follower[K comparable] struct {
-	loader postgres.Target[K]
+	loader follow.Target[K]
 	js     jetstream.JetStream
 	nc     *nats.Conn
-	conf   *pgx.ConnConfig
+	db     follow.Database
 	table  string
 	key    string
 	relay  string // Token of the relay's name
 	parse  func(string) (K, error)
-	tags   *postgres.Tagger[K]
+	tags   *follow.Tagger[K]
 	c      config
 
 	// Run's goroutine only.
 	feed    *guarded.Feed[K]
 	pos     position
-	db      postgres.Database // of the first session: a later one of another is refused
-	pending string            // why the next session reads the table; "" if it may resume
-	down    string            // what ended the sessions since it last followed; "" while all is well
-	stalled time.Time         // since when the relay is silent while this follower is behind; zero if it is not
-	started time.Time         // when Run began
+	origin  follow.Origin // of the first session: a later one of another is refused
+	pending string        // why the next session reads the table; "" if it may resume
+	down    string        // what ended the sessions since it last followed; "" while all is well
+	stalled time.Time     // since when the relay is silent while this follower is behind; zero if it is not
+	started time.Time     // when Run began
 	// followedOnce: a session has followed. Until then a stream that is not
 	// there yet is the relay starting, not a fault.
 	followedOnce bool
@@ -104,19 +103,19 @@ type position struct {
 	// skip is the snapshot of the last read of the table, until the
 	// session's marker is back: the transactions it saw are in the read,
 	// and are skipped.
-	skip *postgres.Snapshot
+	skip follow.Seen
 }
 
 // NewFollower returns a Follower that keeps loader in step with table's
 // keyColumn, parsed with parse from their text form, through the stream
-// of the relay named by [WithRelay] (required) on nc; dsn is the
-// database's postgres:// URL, for heartbeats and reads of the table (no
-// replication needed). Of the options, all but WithStreamReplicas and
-// WithMaxAge apply. A key of several columns is named as the relay's
-// postgres.SourceTable names it (postgres.Columns("tenant_id", "id")):
-// the relay streams each key as its postgres.Tuple, which parse reads
+// of the relay named by [WithRelay] (required) on nc; db is the database
+// behind the relay (postgres.Relayed), for heartbeats and reads of the
+// table (no replication needed). Of the options, all but
+// WithStreamReplicas and WithMaxAge apply. A key of several columns is
+// named as the relay's follow.Table names it (postgres.Columns("tenant_id",
+// "id")): the relay streams each key as its tuple, which parse reads
 // (postgres.ParseTuple for Tuple keys).
-func NewFollower[K comparable](loader postgres.Target[K], nc *nats.Conn, dsn, table, keyColumn string, parse func(string) (K, error), opts ...Option) (*Follower[K], error) {
+func NewFollower[K comparable](loader follow.Target[K], nc *nats.Conn, db follow.Database, table, keyColumn string, parse func(string) (K, error), opts ...Option) (*Follower[K], error) {
 	c := defaults()
 	if err := options.Apply("fanout: NewFollower", &c, opts); err != nil {
 		return nil, err
@@ -129,8 +128,8 @@ func NewFollower[K comparable](loader postgres.Target[K], nc *nats.Conn, dsn, ta
 	}
 	c.maxLag = cmp.Or(c.maxLag, DefaultMaxLag)
 	switch {
-	case loader == nil || nc == nil || parse == nil || table == "" || keyColumn == "":
-		return nil, errors.New("fanout: NewFollower needs a loader, a NATS connection, a table, a key column and a parse function")
+	case loader == nil || nc == nil || db == nil || parse == nil || table == "" || keyColumn == "":
+		return nil, errors.New("fanout: NewFollower needs a loader, a NATS connection, a database, a table, a key column and a parse function")
 	case c.relay == "":
 		return nil, errors.New("fanout: NewFollower needs the relay's name (WithRelay, the name given to NewRelay)")
 	}
@@ -145,21 +144,17 @@ func NewFollower[K comparable](loader postgres.Target[K], nc *nats.Conn, dsn, ta
 		}
 		text = t
 	}
-	tags, err := postgres.NewTagger(c.origin, parse, text)
+	tags, err := follow.NewTagger(c.origin, parse, text)
 	if err != nil {
 		return nil, err
 	}
-	conf, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		return nil, fmt.Errorf("fanout: follower: %w", err)
-	}
-	conf.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-	if conf.RuntimeParams["application_name"] == "" {
-		conf.RuntimeParams["application_name"] = "cuckooguard fanout follower " + c.origin
-	}
 	// The key column's forms, for Key and Tag; a type that cannot be
-	// followed is refused here (postgres.ErrKeyType).
-	if err := tags.UseColumn(conf, table, keyColumn, c.deadline); err != nil {
+	// followed is refused here.
+	col, err := db.KeyColumn(table, keyColumn, c.deadline)
+	if err != nil {
+		return nil, err
+	}
+	if err := tags.UseColumn(col, db.Permanent); err != nil {
 		return nil, err
 	}
 	js, err := jetstream.New(nc)
@@ -167,20 +162,41 @@ func NewFollower[K comparable](loader postgres.Target[K], nc *nats.Conn, dsn, ta
 		return nil, fmt.Errorf("fanout: %w", err)
 	}
 	c.logger = c.logger.With(slog.Group("cuckooguard", slog.String("table", table), slog.String("relay", c.relay)))
-	return &Follower[K]{loader: loader, js: js, nc: nc, conf: conf, table: table, key: keyColumn, relay: Token(c.relay), parse: parse,
+	return &Follower[K]{loader: loader, js: js, nc: nc, db: db, table: table, key: keyColumn, relay: Token(c.relay), parse: parse,
 		tags: tags, c: c, reads: map[string]int64{}, failures: map[string]int64{}}, nil
 }
 
-// Tag names, in transaction tx, the keys it creates on behalf of this
-// process's Loader, as postgres.Follower.Tag does: the Follower skips
-// exactly those inserts when the relay passes them on.
-func (f *Follower[K]) Tag(ctx context.Context, tx pgx.Tx, keys ...K) error {
-	return f.tags.Tag(ctx, tx, keys...)
+// Tag names, in the transaction that exec runs statements in
+// (postgres.ExecIn(tx)), the keys it creates on behalf of this process's
+// Loader, as postgres.Follower.Tag does: the Follower skips exactly those
+// inserts when the relay passes them on.
+func (f *Follower[K]) Tag(ctx context.Context, exec follow.Exec, keys ...K) error {
+	switch {
+	case ctx == nil:
+		return errors.New("fanout: Tag: ctx is nil")
+	case exec == nil:
+		return errors.New("fanout: Tag: exec is nil")
+	}
+	q, args, err := f.TagQuery(keys...)
+	if err != nil {
+		return err
+	}
+	if err := exec(ctx, q, args...); err != nil {
+		return fmt.Errorf("fanout: tag: %w", err)
+	}
+	return nil
 }
 
 // TagQuery returns the statement of Tag for keys, with its arguments, for
-// drivers other than pgx.
-func (f *Follower[K]) TagQuery(keys ...K) (string, []any, error) { return f.tags.Query(keys...) }
+// a driver's transaction.
+func (f *Follower[K]) TagQuery(keys ...K) (string, []any, error) {
+	content, err := f.tags.Content("fanout: Tag", keys...)
+	if err != nil {
+		return "", nil, err
+	}
+	q, args := f.db.TagStatement(content)
+	return q, args, nil
+}
 
 // Key returns the key that the Loader's guard holds for text, a key of
 // the followed column in any form the database reads as it, as
@@ -190,7 +206,7 @@ func (f *Follower[K]) Key(text string) (K, error) { return f.tags.Key(text) }
 
 // Stats describes a Follower.
 type Stats struct {
-	State       postgres.State
+	State       follow.State
 	Lag         time.Duration
 	CurrentAsOf time.Time // every change committed before it has been applied
 	Applied     int64     // changes applied
@@ -219,9 +235,9 @@ func (f *Follower[K]) Stats() Stats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
-	state := postgres.State(f.state.Load())
-	if state == postgres.Following && !f.readyTill.Holds(now) {
-		state = postgres.Behind // the lease ran out before the session's goroutine saw it
+	state := follow.State(f.state.Load())
+	if state == follow.Following && !f.readyTill.Holds(now) {
+		state = follow.Behind // the lease ran out before the session's goroutine saw it
 	}
 	st := Stats{State: state, Lag: f.lagAt(now), Applied: f.applied.Load(), Skipped: f.skipped.Load(),
 		Fenced: f.fenced.Load(), Seq: f.seq.Load(), Pending: f.backlog.Load(), Reads: map[string]int64{}, Failures: map[string]int64{},
@@ -283,7 +299,7 @@ func (f *Follower[K]) Run(ctx context.Context) error {
 	for {
 		followed, err := f.session(ctx)
 		feed.Invalidate()
-		f.state.Store(int32(postgres.PassThrough))
+		f.state.Store(int32(follow.PassThrough))
 		f.unconfirmed.CompareAndSwap(0, time.Now().UnixNano())
 		if ctx.Err() != nil {
 			return ctx.Err()

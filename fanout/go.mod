@@ -9,7 +9,6 @@ replace github.com/cuckooguard/cuckooguard/postgres => ../postgres
 require (
 	github.com/cuckooguard/cuckooguard v0.0.0-00010101000000-000000000000
 	github.com/cuckooguard/cuckooguard/postgres v0.0.0-00010101000000-000000000000
-	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/nats-io/nats.go v1.55.0
 	go.uber.org/goleak v1.3.0
@@ -17,6 +16,7 @@ require (
 
 require (
 	github.com/jackc/pgio v1.0.0 // indirect
+	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cuckooguard/cuckooguard/follow"
 	"github.com/cuckooguard/cuckooguard/guard"
 	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/internal/tcpproxy"
@@ -150,18 +151,18 @@ func (e *env) table(t *testing.T, name string, seed int) {
 // its stop is called.
 func (e *env) startRelay(t *testing.T, name string, tables ...string) (*Relay, func()) {
 	t.Helper()
-	var st []postgres.SourceTable
+	var st []follow.Table
 	for _, tb := range tables {
-		st = append(st, postgres.SourceTable{Table: tb, Key: "id"})
+		st = append(st, follow.Table{Table: tb, Key: "id"})
 	}
 	return e.startRelayWith(t, name, st, nil)
 }
 
 // startRelayWith is startRelay of tables with opts after the test's.
-func (e *env) startRelayWith(t *testing.T, name string, st []postgres.SourceTable, opts []Option) (*Relay, func()) {
+func (e *env) startRelayWith(t *testing.T, name string, st []follow.Table, opts []Option) (*Relay, func()) {
 	t.Helper()
 	base := []Option{WithHeartbeat(50 * time.Millisecond), WithBackoff(20 * time.Millisecond), WithLogger(testLogger(t))}
-	r, err := NewRelay(e.dsn, name, e.nc, st, append(append(base, e.opts...), opts...)...)
+	r, err := NewRelay(relayed(t, e.dsn), name, e.nc, st, append(append(base, e.opts...), opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +238,7 @@ func (e *env) newNode(t *testing.T, nc *nats.Conn, id, table string, opts ...Opt
 	}
 	base = append(base, WithLogger(testLogger(t)))
 	opts = append(append(base, e.opts...), opts...)
-	f, err := NewFollower(l, nc, e.dsn, table, "id", func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }, opts...)
+	f, err := NewFollower(l, nc, relayed(t, e.dsn), table, "id", func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +344,7 @@ func (n *node) insert(t *testing.T, ids ...int64) {
 	for _, id := range ids {
 		err := n.loader.Insert(ctx, id, func(ctx context.Context) error {
 			return pgx.BeginFunc(ctx, n.pool, func(tx pgx.Tx) error {
-				if err := n.f.Tag(ctx, tx, id); err != nil {
+				if err := n.f.Tag(ctx, postgres.ExecIn(tx), id); err != nil {
 					return err
 				}
 				_, err := tx.Exec(ctx, `INSERT INTO `+n.table+` VALUES ($1, $2)`, id, n.id)
@@ -357,10 +358,10 @@ func (n *node) insert(t *testing.T, ids ...int64) {
 }
 
 // tablesOf returns tables keyed by id.
-func tablesOf(tables ...string) []postgres.SourceTable {
-	var st []postgres.SourceTable
+func tablesOf(tables ...string) []follow.Table {
+	var st []follow.Table
 	for _, tb := range tables {
-		st = append(st, postgres.SourceTable{Table: tb, Key: "id"})
+		st = append(st, follow.Table{Table: tb, Key: "id"})
 	}
 	return st
 }
@@ -398,4 +399,15 @@ func (e *env) killRelaySessions(t *testing.T, name string) {
 		"cuckooguard relay lock "+name, "cuckooguard relay stream "+name); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// relayed returns the database at dsn as the relay and its followers
+// reach it.
+func relayed(t testing.TB, dsn string) follow.Database {
+	t.Helper()
+	db, err := postgres.Relayed(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
 }

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cuckooguard/cuckooguard/postgres"
+	"github.com/cuckooguard/cuckooguard/follow"
 )
 
 // followed returns how long the session followed, at now.
@@ -24,7 +24,7 @@ func (s *fsession[K]) followed(now time.Time) time.Duration {
 // lag. The session's loop wakes then whether a message comes or not.
 func (s *fsession[K]) wake(now time.Time) time.Duration {
 	w := s.next
-	if len(s.out) > 0 && postgres.State(s.f.state.Load()) == postgres.Following {
+	if len(s.out) > 0 && follow.State(s.f.state.Load()) == follow.Following {
 		if t := s.out[0].sent.Add(s.f.c.maxLag + time.Millisecond); t.After(now) && t.Before(w) {
 			w = t
 		}
@@ -38,7 +38,7 @@ func (s *fsession[K]) control(payload string, now time.Time) {
 	op, rest, _ := strings.Cut(payload, " ")
 	switch op {
 	case "S":
-		if rest != s.token || postgres.State(f.state.Load()) != postgres.Resyncing {
+		if rest != s.token || follow.State(f.state.Load()) != follow.Resyncing {
 			return
 		}
 		// Every change committed before the marker, the transactions the
@@ -49,7 +49,7 @@ func (s *fsession[K]) control(payload string, now time.Time) {
 		f.currentAsOf.Store(s.asOf.UnixNano())
 		f.unconfirmed.Store(s.oldestOut())
 		s.grant()
-		f.state.Store(int32(postgres.Following))
+		f.state.Store(int32(follow.Following))
 		f.followedOnce = true
 		s.since = now
 		if f.down != "" {
@@ -67,11 +67,11 @@ func (s *fsession[K]) control(payload string, now time.Time) {
 			if b.seq == seq {
 				f.rtt.Store(int64(now.Sub(b.sent)))
 				s.out = s.out[i+1:]
-				if st := postgres.State(f.state.Load()); st != postgres.Resyncing {
+				if st := follow.State(f.state.Load()); st != follow.Resyncing {
 					s.asOf = b.sent
 					f.currentAsOf.Store(s.asOf.UnixNano())
 					f.unconfirmed.Store(s.oldestOut())
-					if st == postgres.Following {
+					if st == follow.Following {
 						s.grant() // Behind: tick grants it when the lag allows
 					}
 				}
@@ -100,7 +100,7 @@ func (s *fsession[K]) tick(now time.Time) {
 		case s.send <- fmt.Sprintf("H %s-%d", s.token, s.seq+1):
 			s.seq++
 			s.out = append(s.out, outBeat{seq: s.seq, sent: now})
-			if postgres.State(f.state.Load()) != postgres.Resyncing {
+			if follow.State(f.state.Load()) != follow.Resyncing {
 				f.unconfirmed.CompareAndSwap(0, now.UnixNano())
 			}
 		default:
@@ -108,13 +108,13 @@ func (s *fsession[K]) tick(now time.Time) {
 		s.next = now.Add(f.c.heartbeat)
 	}
 	lag := f.lagAt(now)
-	switch st := postgres.State(f.state.Load()); {
-	case st == postgres.Following && lag > f.c.maxLag:
+	switch st := follow.State(f.state.Load()); {
+	case st == follow.Following && lag > f.c.maxLag:
 		f.feed.Invalidate()
-		f.state.Store(int32(postgres.Behind))
-	case st == postgres.Behind && lag < f.c.maxLag/2:
+		f.state.Store(int32(follow.Behind))
+	case st == follow.Behind && lag < f.c.maxLag/2:
 		s.grant()
-		f.state.Store(int32(postgres.Following))
+		f.state.Store(int32(follow.Following))
 	}
 	s.watchRelay(now)
 }
@@ -139,7 +139,7 @@ func (s *fsession[K]) grant() {
 func (s *fsession[K]) watchRelay(now time.Time) {
 	f := s.f
 	last := f.lastMsg.Load()
-	silent := last != 0 && now.Sub(time.Unix(0, last)) > f.c.maxLag && postgres.State(f.state.Load()) == postgres.Behind
+	silent := last != 0 && now.Sub(time.Unix(0, last)) > f.c.maxLag && follow.State(f.state.Load()) == follow.Behind
 	switch {
 	case silent && f.stalled.IsZero():
 		f.stalled = time.Unix(0, last)

@@ -43,7 +43,7 @@ func TestRelayProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	r, err := NewRelay(dsn, name, nc, tablesOf("users"), opts...)
+	r, err := NewRelay(relayed(t, dsn), name, nc, tablesOf("users"), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

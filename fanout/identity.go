@@ -6,9 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cuckooguard/cuckooguard/follow"
 	"github.com/nats-io/nats.go"
-
-	"github.com/cuckooguard/cuckooguard/postgres"
 )
 
 // route names the messages of one table of one database, as one relay
@@ -17,30 +16,29 @@ import (
 //	<prefix>.<database>.<relay>.<table>.tx   the table's committed transactions (txMsg, JSON)
 //	<prefix>.<database>.<relay>.<table>.ctl  the markers and heartbeats of its followers (ctlMsg, JSON)
 //
-// database is postgres.Database.Token, relay and table are Token of the
+// database is follow.Origin.Token, relay and table are Token of the
 // relay's name and of the table ("schema.table"). Two databases, or two
 // relays of one table, never share a subject. A follower consumes
 // <subject>.> in stream order: a heartbeat comes after every transaction
 // the relay published before it, which committed before it.
 type route struct {
-	db      postgres.Database
-	relay   string                   // Token(relay name)
-	table   string                   // Token(schema.table)
-	emitter *postgres.ControlEmitter // a follower's markers and heartbeats, with the table's identity; a follower's only
+	db    follow.Origin
+	relay string // Token(relay name)
+	table string // Token(schema.table)
 }
 
 // subject returns the subjects' stem: <prefix>.<database>.<relay>.<table>.
 func (r route) subject(prefix string) string {
-	return prefix + "." + r.db.Token() + "." + r.relay + "." + r.table
+	return prefix + "." + r.db.Token + "." + r.relay + "." + r.table
 }
 
 // control returns the route of the table's followers' control messages
-// through the database (postgres.ControlPrefix): only this relay passes
+// through the database (follow.Control): only this relay passes
 // them on.
 func (r route) control() string { return r.relay + "." + r.table }
 
 // object returns the name of the table's saved guard in the bucket.
-func (r route) object() string { return r.db.Token() + "." + r.relay + "." + r.table }
+func (r route) object() string { return r.db.Token + "." + r.relay + "." + r.table }
 
 // instance is one instance of a JetStream stream: a stream deleted and
 // made again under the same name is another, whose sequence numbers mean
@@ -61,7 +59,7 @@ func (i instance) same(o instance) bool { return i.name == o.name && i.created.E
 // read (or passed by), and what the table's messages up to it said: the
 // epoch and LSN of its last transaction, and the highest relay term seen.
 type mark struct {
-	db    postgres.Database
+	db    follow.Origin
 	in    instance
 	seq   uint64
 	epoch string // "": none seen yet (an empty subject when the table was read)
@@ -83,7 +81,7 @@ const (
 // headers returns m as the headers of a saved guard.
 func (m mark) headers() nats.Header {
 	h := nats.Header{}
-	h.Set(headerDatabase, m.db.Token())
+	h.Set(headerDatabase, m.db.Token)
 	h.Set(headerStream, m.in.name)
 	h.Set(headerCreated, m.in.created.UTC().Format(time.RFC3339Nano))
 	h.Set(headerSeq, strconv.FormatUint(m.seq, 10))
@@ -100,7 +98,8 @@ func markOf(h nats.Header) (mark, error) {
 		return m, errors.New("no headers")
 	}
 	var err error
-	if m.db, err = postgres.ParseDatabaseToken(h.Get(headerDatabase)); err != nil {
+	m.db.Token = h.Get(headerDatabase)
+	if err = follow.CheckToken(m.db.Token); err != nil {
 		return m, err
 	}
 	m.in.name = h.Get(headerStream)

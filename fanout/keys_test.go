@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/cuckooguard/cuckooguard/follow"
 	"github.com/cuckooguard/cuckooguard/guard"
 	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/postgres"
@@ -105,7 +106,7 @@ func (e *env) startStrNode(t *testing.T, id, table string, save bool) *strNode {
 			return f != nil && f.Stats().SnapshotsSaved == 0
 		}))
 	}
-	f, err := NewFollower(l, e.nc, e.dsn, table, "id", func(s string) (string, error) { return s, nil }, opts...)
+	f, err := NewFollower(l, e.nc, relayed(t, e.dsn), table, "id", func(s string) (string, error) { return s, nil }, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +244,7 @@ func TestKeyTypesThroughRelay(t *testing.T) {
 			}
 			err = n.loader.Insert(ctx, k, func(ctx context.Context) error {
 				return pgx.BeginFunc(ctx, n.pool, func(tx pgx.Tx) error {
-					if err := n.f.Tag(ctx, tx, k); err != nil {
+					if err := n.f.Tag(ctx, postgres.ExecIn(tx), k); err != nil {
 						return err
 					}
 					_, err := tx.Exec(ctx, `INSERT INTO `+tables[i]+` VALUES ($1, 'own')`, pgx.QueryExecModeSimpleProtocol, g[0])
@@ -297,7 +298,7 @@ func TestKeyTypeRefusedByRelay(t *testing.T) {
 	e := newEnv(t)
 	e.exec(t, `CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false)`,
 		`CREATE TABLE refused (id text COLLATE ci PRIMARY KEY)`)
-	_, err := NewRelay(e.dsn, "refused", e.nc, []postgres.SourceTable{{Table: "refused", Key: "id"}}, e.opts...)
+	_, err := NewRelay(relayed(t, e.dsn), "refused", e.nc, []follow.Table{{Table: "refused", Key: "id"}}, e.opts...)
 	if !errors.Is(err, postgres.ErrKeyType) || !strings.Contains(err.Error(), `collation "ci"`) || !strings.Contains(err.Error(), "deterministic collation") {
 		t.Errorf("NewRelay = %v, want postgres.ErrKeyType naming the collation and the fix", err)
 	}
@@ -310,7 +311,7 @@ func TestKeyTypeRefusedByRelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	_, err = NewFollower(l, e.nc, e.dsn, "refused", "id", func(s string) (string, error) { return s, nil }, append(e.opts, WithRelay("refused"))...)
+	_, err = NewFollower(l, e.nc, relayed(t, e.dsn), "refused", "id", func(s string) (string, error) { return s, nil }, append(e.opts, WithRelay("refused"))...)
 	if !errors.Is(err, postgres.ErrKeyType) {
 		t.Errorf("NewFollower = %v, want postgres.ErrKeyType", err)
 	}

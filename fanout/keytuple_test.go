@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/cuckooguard/cuckooguard/follow"
 	"github.com/cuckooguard/cuckooguard/guard"
 	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/postgres"
@@ -79,7 +80,7 @@ func (e *env) startTupleNode(t *testing.T, id string) *tupleNode {
 		t.Fatal(err)
 	}
 	opts := append([]Option{WithOrigin(id), WithHeartbeat(50 * time.Millisecond), WithBackoff(20 * time.Millisecond), WithRelay(e.relays[len(e.relays)-1]), WithLogger(testLogger(t))}, e.opts...)
-	f, err := NewFollower(l, e.nc, e.dsn, "members", postgres.Columns("tenant_id", "id"), postgres.ParseTuple, opts...)
+	f, err := NewFollower(l, e.nc, relayed(t, e.dsn), "members", postgres.Columns("tenant_id", "id"), postgres.ParseTuple, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +236,7 @@ func TestTupleKeysThroughRelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.tables = append(e.tables, "members")
-	st := []postgres.SourceTable{{Table: "members", Key: key}}
+	st := []follow.Table{{Table: "members", Key: key}}
 	_, stopRelay := e.startRelayWith(t, "tuples", st, nil)
 	n := e.startTupleNode(t, "T")
 
@@ -296,7 +297,7 @@ func TestTupleKeysThroughRelay(t *testing.T) {
 		texts, _ := k.Texts()
 		err = n.loader.Insert(ctx, raw, func(ctx context.Context) error {
 			return pgx.BeginFunc(ctx, n.pool, func(tx pgx.Tx) error {
-				if err := n.f.Tag(ctx, tx, k); err != nil {
+				if err := n.f.Tag(ctx, postgres.ExecIn(tx), k); err != nil {
 					return err
 				}
 				_, err := tx.Exec(ctx, `INSERT INTO members VALUES ($1, $2, 'own')`, texts[0], texts[1])

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/cuckooguard/cuckooguard/follow"
 	"github.com/cuckooguard/cuckooguard/guard"
 	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/internal/loadgen"
@@ -76,7 +77,7 @@ func (e *env) startFleet(t *testing.T, mode string, n int, hb time.Duration) *fl
 	fl := &fleet{}
 	var relay *Relay
 	if mode == "relay" {
-		r, err := NewRelay(e.dsn, "measure", e.nc, []postgres.SourceTable{{Table: "users", Key: "id"}}, e.opts...)
+		r, err := NewRelay(relayed(t, e.dsn), "measure", e.nc, []follow.Table{{Table: "users", Key: "id"}}, e.opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,7 +114,7 @@ func (e *env) startFleet(t *testing.T, mode string, n int, hb time.Duration) *fl
 			if hb != 0 {
 				opts = append(opts, WithHeartbeat(hb))
 			}
-			f, err := NewFollower(l, e.nc, e.dsn, "users", "id", parse, opts...)
+			f, err := NewFollower(l, e.nc, relayed(t, e.dsn), "users", "id", parse, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}

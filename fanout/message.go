@@ -37,7 +37,7 @@ type txMsg struct {
 	// reader ignores what a relay of an older term publishes once it has
 	// seen a newer one (a relay that hung, lost its lease and woke up).
 	Term  uint64 `json:"t,omitempty"`
-	DB    string `json:"db"`          // postgres.Database.Token of the database it comes from
+	DB    string `json:"db"`          // follow.Origin.Token of the database it comes from
 	LSN   uint64 `json:"l"`           // the end of its commit record
 	Prev  uint64 `json:"p"`           // the LSN of the epoch's previous transaction (its reset's, for the first)
 	Xid   uint32 `json:"x,omitempty"` // its transaction id
@@ -55,12 +55,12 @@ type txMsg struct {
 	Reread bool `json:"r,omitempty"`
 	Reset  bool `json:"z,omitempty"`
 	// Version is the version of the table's publication the relay
-	// decoded under (postgres.SourceStart.Versions).
+	// decoded under (follow.Start.Versions).
 	Version string `json:"v,omitempty"`
 	// OID is the oid of the table the relay decoded: the table its name
 	// named when the relay's session began (0 from a relay of an earlier
 	// version).
-	OID uint32 `json:"o,omitempty"`
+	OID uint64 `json:"o,omitempty"`
 	// Rewound, on a reset: the relay found that the database went back
 	// to an earlier point (a restore) while holding its lease: the
 	// stream holds a term or an LSN that the database has not reached.
@@ -105,7 +105,7 @@ type ctlMsg struct {
 	// an earlier version.
 	LSN     uint64 `json:"l,omitempty"`
 	Payload string `json:"c"`
-	// Seen is the identity of the table (postgres.TableIdentity) that the
+	// Seen is the identity of the table (follow.TableIdentity) that the
 	// marker's or heartbeat's own transaction saw, and Table the identity
 	// of the table the relay streams: equal, they prove that, as of the
 	// message's commit, the stream is of the table its name names. ""

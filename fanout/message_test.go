@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cuckooguard/cuckooguard/postgres"
+	"github.com/cuckooguard/cuckooguard/follow"
 )
 
 // TestToken checks that a table's token is a valid NATS subject token
@@ -66,7 +66,7 @@ func TestSplit(t *testing.T) {
 	}
 	checkSplit(t, esc, 64<<10, split(esc, 64<<10))
 	// A tag of 30,000 keys goes in pieces, whole.
-	tagger, err := postgres.NewTagger("o", func(s string) (string, error) { return s, nil }, nil)
+	tagger, err := follow.NewTagger("o", func(s string) (string, error) { return s, nil }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,11 +74,11 @@ func TestSplit(t *testing.T) {
 	for i := range 30000 {
 		keys = append(keys, strconv.Itoa(i))
 	}
-	q, args, err := tagger.Query(keys...)
-	if err != nil || len(args) != 1 {
-		t.Fatal(q, err)
+	content, err := tagger.Content("test", keys...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	tagged := txMsg{Epoch: "e", DB: "1_5", LSN: 2, Prev: 1, Creates: keys, Tags: [][]byte{args[0].([]byte)}}
+	tagged := txMsg{Epoch: "e", DB: "1_5", LSN: 2, Prev: 1, Creates: keys, Tags: [][]byte{content}}
 	parts = split(tagged, 256<<10)
 	checkSplit(t, tagged, 256<<10, parts)
 	if parts[len(parts)-1].Reread {

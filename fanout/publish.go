@@ -9,10 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pglogrepl"
+	"github.com/cuckooguard/cuckooguard/follow"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/cuckooguard/cuckooguard/postgres"
 )
 
 // headerRoom is what a message's headers may take of the broker's limit.
@@ -25,7 +23,7 @@ const maxInFlight = 1024
 // relayHandler publishes what the relay's Source streams, for one term.
 type relayHandler struct {
 	r      *Relay
-	lease  *lease
+	lease  follow.Lease
 	end    context.CancelCauseFunc // ends the term
 	tables []relayTable
 	routes map[string]int           // control route: table
@@ -46,7 +44,7 @@ type relayHandler struct {
 // every message before it are, lsn (if not 0) may be confirmed.
 type inFlight struct {
 	ack jetstream.PubAckFuture // nil: nothing to wait for
-	lsn pglogrepl.LSN
+	lsn uint64
 }
 
 // relayTable is where a table's messages stand in the stream.
@@ -56,7 +54,7 @@ type relayTable struct {
 	epoch    string
 	last     uint64 // the LSN of its last transaction in the stream
 	version  string
-	identity postgres.TableIdentity // of the table the session streams
+	identity follow.TableIdentity // of the table the session streams
 }
 
 // Start makes the stream if it is gone, reads where each table's messages
@@ -64,7 +62,7 @@ type relayTable struct {
 // continue: the slot was made anew, the stream holds nothing of it, its
 // name names another table or its publication changed, or the database
 // went back to an earlier point (rewound).
-func (h *relayHandler) Start(ctx context.Context, st postgres.SourceStart) error {
+func (h *relayHandler) Start(ctx context.Context, st follow.Start) error {
 	if err := h.fence(); err != nil {
 		return err
 	}
@@ -89,7 +87,7 @@ func (h *relayHandler) Start(ctx context.Context, st postgres.SourceStart) error
 	h.routes = make(map[string]int, len(st.Tables))
 	relay := Token(h.r.name)
 	for i, name := range st.Tables {
-		rt := route{db: st.Database, relay: relay, table: Token(name)}
+		rt := route{db: st.Origin, relay: relay, table: Token(name)}
 		t := relayTable{route: rt, subject: rt.subject(h.r.c.prefix), version: st.Versions[i], identity: st.Identities[i]}
 		h.routes[rt.control()] = i
 		last, err := s.GetLastMsgForSubject(ctx, t.subject+".tx")
@@ -107,7 +105,7 @@ func (h *relayHandler) Start(ctx context.Context, st postgres.SourceStart) error
 		if err != nil {
 			return err
 		}
-		renamed := m.OID != 0 && m.OID != t.identity.OID
+		renamed := m.OID != 0 && m.OID != t.identity.ID
 		if st.Reset || m.Epoch == "" || m.Version != st.Versions[i] || renamed || rewound {
 			if rewound {
 				// Another look at the lease after reading the stream: a
@@ -117,10 +115,10 @@ func (h *relayHandler) Start(ctx context.Context, st postgres.SourceStart) error
 					return err
 				}
 			}
-			t.epoch = fmt.Sprintf("%s/%x", st.LSN, rand.Uint64())
-			t.last = uint64(st.LSN)
-			reset := txMsg{Epoch: t.epoch, Term: h.lease.term, DB: rt.db.Token(), LSN: t.last, Reset: true, Reread: true, Version: t.version,
-				OID: t.identity.OID, Rewound: rewound}
+			t.epoch = fmt.Sprintf("%x/%x", st.Pos, rand.Uint64())
+			t.last = uint64(st.Pos)
+			reset := txMsg{Epoch: t.epoch, Term: h.lease.Term(), DB: rt.db.Token, LSN: t.last, Reset: true, Reread: true, Version: t.version,
+				OID: t.identity.ID, Rewound: rewound}
 			if err := h.send(ctx, t.subject+".tx", &reset); err != nil {
 				return err
 			}
@@ -137,7 +135,7 @@ func (h *relayHandler) Start(ctx context.Context, st postgres.SourceStart) error
 		}
 		h.tables[i] = t
 	}
-	h.r.src.Confirm(st.LSN)
+	h.r.src.Confirm(st.Pos)
 	return nil
 }
 
@@ -154,7 +152,7 @@ func (h *relayHandler) Start(ctx context.Context, st postgres.SourceStart) error
 // says so: a relay that lost its lease may read its successor's terms).
 // A restore that the database outgrew before the relay looked (more
 // transactions and WAL since it than were lost) is not recognised.
-func (h *relayHandler) rewound(ctx context.Context, s jetstream.Stream, subject string, m *txMsg, st postgres.SourceStart) (bool, error) {
+func (h *relayHandler) rewound(ctx context.Context, s jetstream.Stream, subject string, m *txMsg, st follow.Start) (bool, error) {
 	term := m.Term
 	last, err := s.GetLastMsgForSubject(ctx, subject+".ctl")
 	switch {
@@ -166,13 +164,13 @@ func (h *relayHandler) rewound(ctx context.Context, s jetstream.Stream, subject 
 			term = max(term, c.Term)
 		}
 	}
-	return term > h.lease.term || (m.Epoch != "" && m.DB == st.Database.Token() && m.LSN > uint64(st.WALEnd)), nil
+	return term > h.lease.Term() || (m.Epoch != "" && m.DB == st.Origin.Token && m.LSN > st.End), nil
 }
 
 // fence returns errLeaseLapsed, and ends the term, once the lease may
 // have lapsed: nothing is published after that.
 func (h *relayHandler) fence() error {
-	if h.lease.held(time.Now()) {
+	if h.lease.Held(time.Now()) {
 		return nil
 	}
 	h.end(errLeaseLapsed)
@@ -186,17 +184,17 @@ func (h *relayHandler) fence() error {
 // keep fewer than maxInFlight messages out, and at each control message
 // (a heartbeat or a marker: at least once a heartbeat), so that the slot
 // is confirmed as often.
-func (h *relayHandler) Commit(ctx context.Context, c *postgres.SourceCommit) error {
+func (h *relayHandler) Commit(ctx context.Context, c *follow.Commit) error {
 	if err := h.fence(); err != nil {
 		return err
 	}
 	for i := range c.Tables {
 		ch, t := &c.Tables[i], &h.tables[i]
-		if !ch.Touched() || uint64(c.LSN) <= t.last {
+		if !ch.Touched() || c.Pos <= t.last {
 			continue // nothing, or published before this session
 		}
-		m := txMsg{Epoch: t.epoch, Term: h.lease.term, DB: t.route.db.Token(), LSN: uint64(c.LSN), Prev: t.last, Xid: c.Xid,
-			Creates: ch.Creates, Deletes: ch.Deletes, Tags: c.Tags, Reread: ch.Truncated || ch.Incomplete, Version: t.version, OID: t.identity.OID}
+		m := txMsg{Epoch: t.epoch, Term: h.lease.Term(), DB: t.route.db.Token, LSN: c.Pos, Prev: t.last, Xid: c.Xid,
+			Creates: ch.Creates, Deletes: ch.Deletes, Tags: c.Tags, Reread: ch.Truncated || ch.Incomplete, Version: t.version, OID: t.identity.ID}
 		for _, p := range split(m, h.limit) {
 			b, err := p.encode()
 			if err != nil {
@@ -206,7 +204,7 @@ func (h *relayHandler) Commit(ctx context.Context, c *postgres.SourceCommit) err
 				return err
 			}
 		}
-		t.last = uint64(c.LSN)
+		t.last = c.Pos
 	}
 	controls := false
 	for _, ctl := range c.Controls {
@@ -215,7 +213,7 @@ func (h *relayHandler) Commit(ctx context.Context, c *postgres.SourceCommit) err
 			continue // a follower of another relay, or of a table this relay does not stream
 		}
 		t := &h.tables[i]
-		m := ctlMsg{Epoch: t.epoch, Term: h.lease.term, Prev: t.last, LSN: uint64(c.LSN), Payload: ctl.Payload, Table: t.identity.String()}
+		m := ctlMsg{Epoch: t.epoch, Term: h.lease.Term(), Prev: t.last, LSN: c.Pos, Payload: ctl.Payload, Table: t.identity.String()}
 		if !ctl.Table.IsZero() {
 			m.Seen = ctl.Table.String()
 			if ctl.Table != t.identity {
@@ -237,7 +235,7 @@ func (h *relayHandler) Commit(ctx context.Context, c *postgres.SourceCommit) err
 		}
 		controls = true
 	}
-	h.inFlight = append(h.inFlight, inFlight{lsn: c.LSN})
+	h.inFlight = append(h.inFlight, inFlight{lsn: c.Pos})
 	if controls {
 		return h.reap(ctx, 0)
 	}
@@ -262,7 +260,7 @@ func (h *relayHandler) publish(ctx context.Context, subject string, b []byte, op
 // confirming their LSNs, and waits for more until at most keep are left.
 func (h *relayHandler) reap(ctx context.Context, keep int) error {
 	done := 0
-	var confirm pglogrepl.LSN
+	var confirm uint64
 	defer func() {
 		h.inFlight = h.inFlight[:copy(h.inFlight, h.inFlight[done:])]
 		if confirm != 0 {

@@ -7,10 +7,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/cuckooguard/cuckooguard/follow"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/cuckooguard/cuckooguard/postgres"
 )
 
 // place finds where a read of the table starts: the table's last
@@ -20,7 +18,7 @@ import (
 // first message (see readAt), rather than read the table now and again at
 // the relay's reset.
 func (f *Follower[K]) place(ctx context.Context, in instance, rt route) (position, bool, error) {
-	p := position{mark: mark{db: f.db, in: in}}
+	p := position{mark: mark{db: f.origin, in: in}}
 	subject := rt.subject(f.c.prefix)
 	stream, err := f.js.Stream(ctx, in.name)
 	if err != nil {
@@ -55,16 +53,16 @@ func (f *Follower[K]) place(ctx context.Context, in instance, rt route) (positio
 // taken before the read. The snapshot tells which transactions after p the
 // read saw (skipped until the session's marker is back). The relay
 // publishes a transaction only once it is visible to new snapshots
-// (postgres.Source), so the snapshot sees every transaction up to p; one
+// (follow.Source), so the snapshot sees every transaction up to p; one
 // that commits after the snapshot is published after p: none is lost
 // between them.
-func (f *Follower[K]) read(ctx context.Context, conn *pgx.Conn, p position) error {
+func (f *Follower[K]) read(ctx context.Context, conn follow.Session, p position) error {
 	begin := time.Now()
-	var sn postgres.Snapshot
+	var sn follow.Seen
 	var n int64
 	err := f.feed.Resync(ctx, func(ctx context.Context, add func(K) error) error {
 		var err error
-		sn, n, err = postgres.ReadTable(ctx, conn, f.table, f.key, func(text string) error {
+		sn, n, err = conn.Read(ctx, func(text string) error {
 			k, err := f.parse(text)
 			if err != nil {
 				return fmt.Errorf("parse key %q: %w", text, err)
@@ -76,7 +74,7 @@ func (f *Follower[K]) read(ctx context.Context, conn *pgx.Conn, p position) erro
 	if err != nil {
 		return &failure{failDatabase, fmt.Errorf("fanout: follower: read the table: %w", err)}
 	}
-	p.valid, p.skip, p.unread = true, &sn, false
+	p.valid, p.skip, p.unread = true, sn, false
 	f.pos = p
 	f.seq.Store(p.seq)
 	why := f.pending
@@ -96,12 +94,12 @@ func (f *Follower[K]) read(ctx context.Context, conn *pgx.Conn, p position) erro
 // heartbeats.
 func (f *Follower[K]) readAt(ctx context.Context, seq uint64, epoch string, lsn, term uint64) error {
 	cctx, cancel := context.WithTimeout(ctx, f.c.deadline)
-	conn, err := pgx.ConnectConfig(cctx, f.conf)
+	conn, err := f.db.Connect(cctx, f.table, f.key)
 	cancel()
 	if err != nil {
 		return &failure{failDatabase, fmt.Errorf("fanout: follower: connect: %w", err)}
 	}
-	defer closeQuickly(conn)
+	defer conn.Close()
 	p := f.pos
 	p.seq, p.epoch, p.lsn, p.term = seq, epoch, lsn, max(p.term, term)
 	return f.read(ctx, conn, p)
@@ -111,8 +109,8 @@ func (f *Follower[K]) readAt(ctx context.Context, seq uint64, epoch string, lsn,
 // from database db, if that is not this follower's database, and nil if
 // it is.
 func (f *Follower[K]) foreign(what, subject, db string) error {
-	if want := f.db.Token(); db != want {
-		return &failure{failSetup, fmt.Errorf("fanout: follower: %s on %s comes from database %s; this follower's is %s (%s): refused", what, subject, db, want, f.db)}
+	if want := f.origin.Token; db != want {
+		return &failure{failSetup, fmt.Errorf("fanout: follower: %s on %s comes from database %s; this follower's is %s (%s): refused", what, subject, db, want, f.origin)}
 	}
 	return nil
 }

@@ -11,12 +11,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cuckooguard/cuckooguard/follow"
 	"github.com/cuckooguard/cuckooguard/internal/options"
-	"github.com/cuckooguard/cuckooguard/postgres"
 )
 
 // Relay holds the one replication slot of a database's guarded tables and
@@ -41,7 +40,7 @@ import (
 // as soon as its own clock says its lease may have lapsed (fencing).
 //
 // It publishes a transaction only once it is visible to new snapshots
-// (see postgres.Source), sizes the parts of a big one by their encoded
+// (see follow.Source), sizes the parts of a big one by their encoded
 // bytes, makes the stream again if it is deleted, and passes on the tags
 // of the transactions (Follower.Tag) and the markers and heartbeats that
 // the followers send through the database, with where the table's
@@ -52,11 +51,11 @@ import (
 // once at a time.
 type Relay struct {
 	name string
-	conf *pgx.ConnConfig
+	db   follow.Database
 	js   jetstream.JetStream
 	nc   *nats.Conn
 	c    config
-	src  *postgres.Source
+	src  follow.Source
 
 	leading atomic.Bool
 	term    atomic.Uint64 // of the lease held, or the last one
@@ -70,10 +69,11 @@ type Relay struct {
 
 // NewRelay returns a relay named name (the same for every replica of a
 // service: it names the slot, the lease and the relay's subjects) of
-// tables, published with [postgres.Publish], through nc. Of the options,
+// tables of db (postgres.Relayed; for PostgreSQL, published with
+// postgres.Publish), through nc. Of the options,
 // WithStream, WithSubjectPrefix, WithMaxAge, WithStreamReplicas,
 // WithHeartbeat, WithHeartbeatDeadline, WithBackoff and WithLogger apply.
-func NewRelay(dsn, name string, nc *nats.Conn, tables []postgres.SourceTable, opts ...Option) (*Relay, error) {
+func NewRelay(db follow.Database, name string, nc *nats.Conn, tables []follow.Table, opts ...Option) (*Relay, error) {
 	c := defaults()
 	if err := options.Apply("fanout: NewRelay", &c, opts); err != nil {
 		return nil, err
@@ -86,18 +86,13 @@ func NewRelay(dsn, name string, nc *nats.Conn, tables []postgres.SourceTable, op
 		return nil, err
 	}
 	switch {
-	case nc == nil:
-		return nil, errors.New("fanout: NewRelay needs a NATS connection")
+	case db == nil || nc == nil:
+		return nil, errors.New("fanout: NewRelay needs a database and a NATS connection")
 	case name == "":
 		return nil, errors.New("fanout: NewRelay needs a name")
 	}
-	conf, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		return nil, fmt.Errorf("fanout: relay: %w", err)
-	}
-	src, err := postgres.NewSource(dsn, name, tables, postgres.WithHeartbeat(c.heartbeat),
-		postgres.WithHeartbeatDeadline(c.deadline), postgres.WithBackoff(c.backoff), postgres.WithMaxBackoff(max(c.backoff, time.Second)),
-		postgres.WithLogger(c.logger), postgres.WithSlotTakeover())
+	src, err := db.Source(name, tables, follow.SourceConfig{Heartbeat: c.heartbeat, Deadline: c.deadline, Backoff: c.backoff,
+		MaxBackoff: max(c.backoff, time.Second), Logger: c.logger})
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +104,7 @@ func NewRelay(dsn, name string, nc *nats.Conn, tables []postgres.SourceTable, op
 		return nil, fmt.Errorf("fanout: %w", err)
 	}
 	c.logger = c.logger.With(slog.Group("cuckooguard", slog.String("relay", name)))
-	return &Relay{name: name, conf: conf, js: js, nc: nc, c: c, src: src}, nil
+	return &Relay{name: name, db: db, js: js, nc: nc, c: c, src: src}, nil
 }
 
 // Leading reports whether this process is the relay now.
@@ -123,7 +118,7 @@ type RelayStats struct {
 	Lapsed    int64  // terms that ended because the lease may have lapsed (the process paused longer than the lease)
 	Published int64  // messages published
 	Resets    int64  // resets published: the followers of a table read it again
-	Source    postgres.SourceStats
+	Source    follow.SourceStats
 	LastError error // why the last term ended, or the last campaign failed
 }
 
@@ -149,9 +144,9 @@ var errLeaseLapsed = errors.New("fanout: relay: the lease may have lapsed (this 
 // tries to take the relay's lease; holding it, it streams the tables and
 // publishes their changes until it loses the lease or ctx ends. It returns
 // an error at once for a setup that cannot work
-// (postgres.ErrLogicalUnavailable, postgres.ErrNotPublished,
-// postgres.ErrKeyNotIdentity, postgres.ErrKeyType,
-// postgres.ErrSlotOfAnotherDatabase, a stream the broker refuses to make).
+// (one the database's Permanent reports, such as
+// postgres.ErrNotPublished or postgres.ErrKeyType; a stream the broker
+// refuses to make).
 func (r *Relay) Run(ctx context.Context) error {
 	if ctx == nil {
 		return errors.New("fanout: Relay.Run: ctx is nil")
@@ -162,7 +157,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if permanent(err) {
+		if r.permanent(err) {
 			r.c.logger.LogAttrs(ctx, slog.LevelError, "cuckooguard: relay cannot run", slog.Any("error", err))
 			return err
 		}
@@ -211,25 +206,23 @@ func (r *Relay) streamGone(ctx context.Context, h *relayHandler) bool {
 }
 
 // permanent reports whether err is of a setup that cannot work.
-func permanent(err error) bool {
-	return errors.Is(err, postgres.ErrLogicalUnavailable) || errors.Is(err, postgres.ErrNotPublished) ||
-		errors.Is(err, postgres.ErrKeyNotIdentity) || errors.Is(err, postgres.ErrKeyType) || errors.Is(err, postgres.ErrSlotOfAnotherDatabase) ||
-		errors.Is(err, errStreamRefused)
+func (r *Relay) permanent(err error) bool {
+	return r.db.Permanent(err) || errors.Is(err, errStreamRefused)
 }
 
 // campaign tries to take the lease and, holding it, relays until it loses
 // it. led reports whether it held the lease.
 func (r *Relay) campaign(ctx context.Context) (led bool, err error) {
-	l, err := acquire(ctx, r.conf, r.name, r.c.deadline, r.c.deadline)
+	l, err := r.db.Lease(ctx, r.name, r.c.deadline, r.c.deadline)
 	if err != nil || l == nil {
 		return false, err
 	}
-	defer l.release()
+	defer l.Release()
 	r.terms.Add(1)
-	r.term.Store(l.term)
+	r.term.Store(l.Term())
 	r.leading.Store(true)
 	defer r.leading.Store(false)
-	r.c.logger.LogAttrs(ctx, slog.LevelInfo, "cuckooguard: this process is the relay", slog.Uint64("term", l.term))
+	r.c.logger.LogAttrs(ctx, slog.LevelInfo, "cuckooguard: this process is the relay", slog.Uint64("term", l.Term()))
 	tctx, end := context.WithCancelCause(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -245,11 +238,11 @@ func (r *Relay) campaign(ctx context.Context) (led bool, err error) {
 			case <-t.C:
 				// Now, not the tick's time: a process that was stopped
 				// finds a tick from before it stopped waiting.
-				if !l.held(time.Now()) {
+				if !l.Held(time.Now()) {
 					end(errLeaseLapsed)
 					return
 				}
-				if err := l.renew(tctx, r.c.deadline); err != nil && tctx.Err() == nil {
+				if err := l.Renew(tctx, r.c.deadline); err != nil && tctx.Err() == nil {
 					end(err)
 					return
 				}

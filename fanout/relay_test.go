@@ -166,7 +166,7 @@ func TestTwoDatabases(t *testing.T) {
 	}
 	// A relay of the second database under the first one's name would
 	// take the first one's slot, whose name is the cluster's: it refuses.
-	r, err := NewRelay(o.dsn, "r_two_a", e.nc, tablesOf("users"), o.opts...)
+	r, err := NewRelay(relayed(t, o.dsn), "r_two_a", e.nc, tablesOf("users"), o.opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestForeignMessageRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}()
-	subject := route{db: db, relay: Token("r_foreign"), table: Token(table)}.subject("cg" + e.id)
+	subject := route{db: db.Origin(), relay: Token("r_foreign"), table: Token(table)}.subject("cg" + e.id)
 	foreign := txMsg{Epoch: "x", DB: "1_1", Term: r.Stats().Term + 1, LSN: 1 << 62, Prev: 1, Deletes: []string{"1", "2", "3"}}
 	b, _ := foreign.encode()
 	if _, err := e.jsOf(t).Publish(context.Background(), subject+".tx", b); err != nil {
@@ -260,7 +260,7 @@ func TestBigTransactions(t *testing.T) {
 					return err
 				}
 			}
-			return a.f.Tag(ctx, tx, ids...)
+			return a.f.Tag(ctx, postgres.ExecIn(tx), ids...)
 		})
 	})
 	if err != nil {
@@ -281,7 +281,7 @@ func TestBigTransactions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	f, err := NewFollower(l, e.nc, e.dsn, "notes", "id", func(s string) (string, error) { return s, nil },
+	f, err := NewFollower(l, e.nc, relayed(t, e.dsn), "notes", "id", func(s string) (string, error) { return s, nil },
 		append([]Option{WithRelay("r_big"), WithHeartbeat(50 * time.Millisecond), WithLogger(testLogger(t))}, e.opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -332,7 +332,7 @@ func TestShortMaxAge(t *testing.T) {
 func TestStreamRefused(t *testing.T) {
 	e := newEnv(t)
 	e.table(t, "users", 10)
-	r, err := NewRelay(e.dsn, "r_refused", e.nc, tablesOf("users"), append(e.opts, WithStreamReplicas(3), WithHeartbeat(50*time.Millisecond))...)
+	r, err := NewRelay(relayed(t, e.dsn), "r_refused", e.nc, tablesOf("users"), append(e.opts, WithStreamReplicas(3), WithHeartbeat(50*time.Millisecond))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +389,7 @@ func TestRunReturnsPromptly(t *testing.T) {
 	e := newEnv(t)
 	e.table(t, "users", 10)
 	p, nc := natsViaProxy(t)
-	r, err := NewRelay(e.dsn, "r_prompt", nc, tablesOf("users"), append(e.opts, WithHeartbeat(50*time.Millisecond))...)
+	r, err := NewRelay(relayed(t, e.dsn), "r_prompt", nc, tablesOf("users"), append(e.opts, WithHeartbeat(50*time.Millisecond))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,7 +403,7 @@ func TestRunReturnsPromptly(t *testing.T) {
 	g, _ := guard.New(guard.WithCapacity(100))
 	l, _ := guarded.New(g, guarded.GetterFunc[int64, string](func(ctx context.Context, k int64) (string, error) { return "", nil }))
 	defer l.Close()
-	f, err := NewFollower(l, nc, e.dsn, "users", "id", a.f.parse, append([]Option{WithRelay("r_prompt")}, e.opts...)...)
+	f, err := NewFollower(l, nc, relayed(t, e.dsn), "users", "id", a.f.parse, append([]Option{WithRelay("r_prompt")}, e.opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

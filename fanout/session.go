@@ -9,11 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/cuckooguard/cuckooguard/follow"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/cuckooguard/cuckooguard/postgres"
 )
 
 // session is one session of a Follower: connect, start from where the
@@ -48,20 +46,25 @@ func (f *Follower[K]) session(ctx context.Context) (followed time.Duration, err 
 		return 0, &failure{failNATS, fmt.Errorf("fanout: follower: the NATS connection is %s", f.nc.Status())}
 	}
 	cctx, ccancel := context.WithTimeout(ctx, f.c.deadline)
-	conn, err := pgx.ConnectConfig(cctx, f.conf)
+	conn, err := f.db.Connect(cctx, f.table, f.key)
 	ccancel()
 	if err != nil {
+		if f.db.Permanent(err) {
+			return 0, &failure{failSetup, fmt.Errorf("fanout: follower: %w", err)}
+		}
 		return 0, &failure{failDatabase, fmt.Errorf("fanout: follower: connect: %w", err)}
 	}
-	defer closeQuickly(conn)
+	defer conn.Close()
 	rt, in, err := f.locate(ctx, conn)
 	if err != nil {
 		return 0, err
 	}
-	if err := f.tags.ReadColumn(ctx, conn); err != nil { // Key's forms, before the Loader can be ready
+	form, err := conn.KeyForm(ctx, f.tags.Form()) // Key's forms, before the Loader can be ready
+	if err != nil {
 		return 0, &failure{failSetup, err}
 	}
-	f.state.Store(int32(postgres.Resyncing))
+	f.tags.SetForm(form)
+	f.state.Store(int32(follow.Resyncing))
 	if !f.pos.valid {
 		if f.pending == readStart {
 			if err := f.restore(ctx, in, rt); err != nil {
@@ -96,13 +99,13 @@ func (f *Follower[K]) session(ctx context.Context) (followed time.Duration, err 
 	defer wg.Wait()
 	defer endSend(nil)
 	// Each marker and heartbeat carries the identity of the table that
-	// its own transaction finds under the name (postgres.ControlEmitter),
+	// its own transaction finds under the name (follow.Session.Emit),
 	// which the relay passes on with the identity of the table it streams:
 	// control takes it as evidence only when the two are equal.
 	emit := func(payload string) error {
 		ectx, cancel := context.WithTimeout(sctx, f.c.deadline)
 		defer cancel()
-		return rt.emitter.Emit(ectx, conn, rt.control(), payload)
+		return conn.Emit(ectx, rt.control(), payload)
 	}
 	s.markerSent = time.Now()
 	if err := emit("S " + s.token); err != nil {
@@ -145,7 +148,7 @@ func (f *Follower[K]) session(ctx context.Context) (followed time.Duration, err 
 			return s.followed(now), msgErr
 		}
 		s.tick(now)
-		if f.c.snapWhen != nil && s.partial == nil && f.pos.skip == nil && !f.pos.unread && postgres.State(f.state.Load()) == postgres.Following &&
+		if f.c.snapWhen != nil && s.partial == nil && f.pos.skip == nil && !f.pos.unread && follow.State(f.state.Load()) == follow.Following &&
 			now.Sub(lastSave) >= f.c.snapEvery && f.c.snapWhen() {
 			lastSave = now
 			if err := f.save(ctx, rt); err != nil {
@@ -159,23 +162,19 @@ func (f *Follower[K]) session(ctx context.Context) (followed time.Duration, err 
 // locate finds the table's subject and the stream's instance, and drops
 // the position if it is not in them: the database or the stream is
 // another one.
-func (f *Follower[K]) locate(ctx context.Context, conn *pgx.Conn) (route, instance, error) {
-	db, err := postgres.IdentifyDatabase(ctx, conn)
+func (f *Follower[K]) locate(ctx context.Context, conn follow.Session) (route, instance, error) {
+	db, err := conn.Origin(ctx)
 	if err != nil {
 		return route{}, instance{}, &failure{failDatabase, err}
 	}
-	if !f.db.IsZero() && !f.db.Same(db) {
+	if !f.origin.IsZero() && !f.origin.Same(db) {
 		f.c.logger.LogAttrs(ctx, slog.LevelWarn, "cuckooguard: fanout follower's connection reaches another database than before; it reads the table",
-			slog.String("was", f.db.String()), slog.String("now", db.String()))
+			slog.String("was", f.origin.String()), slog.String("now", db.String()))
 		f.pos.valid = false
 		f.pending = readStream
 	}
-	f.db = db
-	em, err := postgres.NewControlEmitter(ctx, conn, f.table) // resolves the name, as postgres.Resolve
-	if err != nil {
-		return route{}, instance{}, &failure{failSetup, err}
-	}
-	rt := route{db: db, relay: f.relay, table: Token(em.Table()), emitter: em}
+	f.origin = db
+	rt := route{db: db, relay: f.relay, table: Token(conn.Table())}
 	si, err := streamInfo(ctx, f.js, f.c.stream, f.c.deadline)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):

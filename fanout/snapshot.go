@@ -46,8 +46,8 @@ func (f *Follower[K]) restore(ctx context.Context, in instance, rt route) error 
 	switch {
 	case err != nil:
 		return fmt.Errorf("saved guard %s: %w", name, err)
-	case !m.db.Same(f.db):
-		return fmt.Errorf("saved guard %s is of %s; this follower's is %s", name, m.db, f.db)
+	case !m.db.Same(f.origin):
+		return fmt.Errorf("saved guard %s is of %s; this follower's is %s", name, m.db, f.origin)
 	case !m.in.same(in):
 		return fmt.Errorf("saved guard %s stands in %s; the stream is now %s (deleted and made again)", name, m.in, in)
 	}

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"math"
 
-	"github.com/cuckooguard/cuckooguard/postgres"
+	"github.com/cuckooguard/cuckooguard/internal/tagrec"
 )
 
 // split returns the parts of transaction m (Creates, Deletes and Tags
@@ -58,7 +58,7 @@ func split(m txMsg, limit int) []txMsg {
 	for _, tag := range m.Tags {
 		// A tag of many keys goes in pieces of whole records, each of
 		// which a part can hold.
-		for _, t := range postgres.SplitTag(tag, max(budget/4*3-3, 1)) {
+		for _, t := range tagrec.Split(tag, max(budget/4*3-3, 1)) {
 			if room(tagSize(t)) {
 				cur.Tags = append(cur.Tags, t)
 			}

@@ -9,46 +9,56 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cuckooguard/cuckooguard/follow"
 	"github.com/cuckooguard/cuckooguard/internal/options"
-	"github.com/cuckooguard/cuckooguard/postgres"
 )
 
 // Teardown removes everything a relayed service named relay made for its
-// tables, in the database conn reaches and on the NATS server nc reaches:
-// the tables' publications and their rows in cuckooguard_slots
-// (postgres.Unpublish, which also drops direct followers' slots), the
-// relay's replication slot, the relay's messages in the stream and the
+// tables, in db and on the NATS server nc reaches: what the relay made in
+// the database (for PostgreSQL, the tables' publications and their rows in
+// cuckooguard_slots, as postgres.Unpublish, which also drops direct
+// followers' slots, and the relay's replication slot), the relay's messages in the stream and the
 // consumers that read them, and its saved guards; the stream and the
 // bucket themselves once nothing else is left in them (several services
 // and databases may share them). Stop the service's relays and followers
 // first: a relay that runs on makes its slot and its stream again. Of the
 // options, WithStream, WithSubjectPrefix and WithSnapshots (its bucket)
 // apply; give the ones the service used.
-func Teardown(ctx context.Context, conn postgres.Conn, nc *nats.Conn, relay string, tables []string, opts ...Option) error {
+func Teardown(ctx context.Context, db follow.Database, nc *nats.Conn, relay string, tables []string, opts ...Option) error {
 	c := defaults()
 	if err := options.Apply("fanout: Teardown", &c, opts); err != nil {
 		return err
 	}
-	if ctx == nil || conn == nil || nc == nil || relay == "" {
-		return errors.New("fanout: Teardown needs a context, a connection, a NATS connection and the relay's name")
+	if ctx == nil || db == nil || nc == nil || relay == "" {
+		return errors.New("fanout: Teardown needs a context, a database, a NATS connection and the relay's name")
 	}
-	db, err := postgres.IdentifyDatabase(ctx, conn)
+	origin, err := db.Teardown(ctx, relay, tables)
 	if err != nil {
+		return fmt.Errorf("fanout: teardown: %w", err)
+	}
+	return TeardownStream(ctx, origin, nc, relay, opts...)
+}
+
+// TeardownStream removes, on the NATS server nc reaches, what a relayed
+// service named relay left of the database origin: the relay's messages in
+// the stream and the consumers that read them, and its saved guards; the
+// stream and the bucket themselves once nothing else is left in them. It
+// is Teardown's part on the broker, for a caller that removed what the
+// relay made in the database itself (postgres.TeardownRelay). Of the
+// options, WithStream, WithSubjectPrefix and WithSnapshots apply.
+func TeardownStream(ctx context.Context, origin follow.Origin, nc *nats.Conn, relay string, opts ...Option) error {
+	c := defaults()
+	if err := options.Apply("fanout: TeardownStream", &c, opts); err != nil {
 		return err
 	}
-	for _, t := range tables {
-		if err := postgres.Unpublish(ctx, conn, t); err != nil {
-			return fmt.Errorf("fanout: teardown: %w", err)
-		}
-	}
-	if err := postgres.DropRelaySlot(ctx, conn, relay); err != nil {
-		return fmt.Errorf("fanout: teardown: %w", err)
+	if ctx == nil || origin.IsZero() || nc == nil || relay == "" {
+		return errors.New("fanout: TeardownStream needs a context, a database's origin, a NATS connection and the relay's name")
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return fmt.Errorf("fanout: teardown: %w", err)
 	}
-	stem := route{db: db, relay: Token(relay)} // no table: the prefix of every table's names
+	stem := route{db: origin, relay: Token(relay)} // no table: the prefix of every table's names
 	if err := teardownStream(ctx, js, c.stream, stem.subject(c.prefix)); err != nil {
 		return err
 	}

@@ -49,7 +49,7 @@ func TestTeardown(t *testing.T) {
 		n.stop()
 	}
 	stopRelay()
-	if err := Teardown(ctx, pool, e.nc, "r_teardown", []string{"orders", "customers"}, e.opts...); err != nil {
+	if err := Teardown(ctx, relayed(t, e.dsn), e.nc, "r_teardown", []string{"orders", "customers"}, e.opts...); err != nil {
 		t.Fatal(err)
 	}
 	var slots, pubs int

@@ -14,42 +14,27 @@ import (
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/cuckooguard/cuckooguard/follow"
 	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/internal/mono"
 	"github.com/cuckooguard/cuckooguard/internal/options"
 )
 
-// State is what a Follower is doing.
-type State int32
+// State is what a Follower is doing: [follow.State], which every
+// follower of every database reports.
+type State = follow.State
 
 // The states of a Follower.
 const (
-	PassThrough State = iota // not connected: the Loader passes every lookup through
-	Resyncing                // reading the table, or waiting for the marker; lookups pass through
-	Following                // applying changes as they arrive, as a heartbeat sent less than the max lag ago proved
-	Behind                   // the last heartbeat back was sent more than the max lag ago; lookups pass through
+	PassThrough = follow.PassThrough // not connected: the Loader passes every lookup through
+	Resyncing   = follow.Resyncing   // reading the table, or waiting for the marker; lookups pass through
+	Following   = follow.Following   // applying changes as they arrive, as a heartbeat sent less than the max lag ago proved
+	Behind      = follow.Behind      // the last heartbeat back was sent more than the max lag ago; lookups pass through
 )
 
-func (s State) String() string {
-	switch s {
-	case Resyncing:
-		return "resyncing"
-	case Following:
-		return "following"
-	case Behind:
-		return "behind"
-	default:
-		return "pass-through"
-	}
-}
-
 // Target is what a [Follower] keeps in step with a table: a
-// *guarded.Loader[K, V] of any value type V. The Follower attaches itself
-// as its change feed at the start of [Follower.Run] and detaches when Run
-// returns.
-type Target[K comparable] interface {
-	AttachFeed() (*guarded.Feed[K], error)
-}
+// *guarded.Loader[K, V] of any value type V ([follow.Target]).
+type Target[K comparable] = follow.Target[K]
 
 // Follower keeps a [Target] (a *guarded.Loader) in step with the writes
 // every process makes to a MySQL or MariaDB table, from the server's

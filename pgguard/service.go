@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cuckooguard/cuckooguard/fanout"
+	"github.com/cuckooguard/cuckooguard/follow"
 	"github.com/cuckooguard/cuckooguard/guard"
 	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/postgres"
@@ -64,6 +65,7 @@ type Config struct {
 type Service struct {
 	cfg     Config
 	dsn     string
+	relayed follow.Database // the database as the relay and its followers reach it, with NATS
 	log     *slog.Logger
 	relay   *fanout.Relay
 	members []*member
@@ -109,7 +111,7 @@ func Start(ctx context.Context, cfg Config, tables ...Guarded) (*Service, error)
 		}
 		s.cfg.Origin = host
 	}
-	var source []postgres.SourceTable
+	var source []follow.Table
 	seen := map[string]bool{}
 	for _, t := range tables {
 		if t == nil {
@@ -123,10 +125,15 @@ func Start(ctx context.Context, cfg Config, tables ...Guarded) (*Service, error)
 		if err := postgres.Publish(ctx, cfg.Pool, spec.name, spec.key); err != nil {
 			return nil, err
 		}
-		source = append(source, postgres.SourceTable{Table: spec.name, Key: spec.key})
+		source = append(source, follow.Table{Table: spec.name, Key: spec.key})
 	}
 	if cfg.NATS != nil {
-		r, err := fanout.NewRelay(s.dsn, cfg.Service, cfg.NATS, source, fanout.WithLogger(s.log))
+		db, err := postgres.Relayed(s.dsn)
+		if err != nil {
+			return nil, err
+		}
+		s.relayed = db
+		r, err := fanout.NewRelay(s.relayed, cfg.Service, cfg.NATS, source, fanout.WithLogger(s.log))
 		if err != nil {
 			return nil, err
 		}

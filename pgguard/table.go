@@ -131,7 +131,6 @@ func (m middlewareStats[K]) Stats() middleware.Stats {
 // keyer is what Table passes on to its follower, direct or relayed.
 type keyer[K comparable] interface {
 	Key(text string) (K, error)
-	Tag(ctx context.Context, tx pgx.Tx, keys ...K) error
 	TagQuery(keys ...K) (string, []any, error)
 }
 
@@ -156,7 +155,17 @@ func (t *Table[K, V]) Tag(ctx context.Context, tx pgx.Tx, keys ...K) error {
 	if t.f == nil {
 		return errors.New("pgguard: Table.Tag before Start")
 	}
-	return t.f.Tag(ctx, tx, keys...)
+	if ctx == nil || tx == nil {
+		return errors.New("pgguard: Table.Tag needs a context and a transaction")
+	}
+	q, args, err := t.f.TagQuery(keys...)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, q, args...); err != nil {
+		return fmt.Errorf("pgguard: tag: %w", err)
+	}
+	return nil
 }
 
 // TagQuery returns the statement of Tag for keys, with its arguments, for
@@ -237,7 +246,7 @@ func (t *Table[K, V]) setup(ctx context.Context, s *Service) (*member, error) {
 	m := &member{name: t.Name, close: l.Close, collectors: []prometheus.Collector{metrics.NewLoaderCollector(l, label),
 		metrics.NewMiddlewareCollector(middlewareStats[K]{&t.mw}, label)}}
 	if s.cfg.NATS != nil {
-		f, err := fanout.NewFollower(l, s.cfg.NATS, s.dsn, t.Name, t.table().key, parse, s.fanoutOpts()...)
+		f, err := fanout.NewFollower(l, s.cfg.NATS, s.relayed, t.Name, t.table().key, parse, s.fanoutOpts()...)
 		if err != nil {
 			l.Close()
 			return nil, err

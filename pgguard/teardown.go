@@ -22,7 +22,11 @@ func Teardown(ctx context.Context, conn postgres.Conn, nc *nats.Conn, service st
 		return errors.New("pgguard: Teardown needs a context, a connection and the service's name")
 	}
 	if nc != nil {
-		return fanout.Teardown(ctx, conn, nc, service, tables)
+		origin, err := postgres.TeardownRelay(ctx, conn, service, tables)
+		if err != nil {
+			return err
+		}
+		return fanout.TeardownStream(ctx, origin, nc, service)
 	}
 	for _, t := range tables {
 		if err := postgres.Unpublish(ctx, conn, t); err != nil {

@@ -39,7 +39,7 @@ func (t *Table[K, V]) Insert(ctx context.Context, key K, write func(ctx context.
 	}
 	err = t.loader.Insert(ctx, key, func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
-			if err := t.f.Tag(ctx, tx, key); err != nil {
+			if err := t.Tag(ctx, tx, key); err != nil {
 				return err
 			}
 			return write(ctx, tx)
@@ -73,7 +73,7 @@ func (t *Table[K, V]) InsertGenerated(ctx context.Context, write func(ctx contex
 				if err := add(k); err != nil {
 					return err
 				}
-				return t.f.Tag(ctx, tx, k)
+				return t.Tag(ctx, tx, k)
 			})
 		})
 	})

@@ -228,10 +228,10 @@ const publicationVersion = `(SELECT p.oid || '.' || p.xmin
 // transaction sees it, under the connection's search_path (as resolve
 // does; "-" if it names no table), a space, and the version of the
 // publication of that table (publicationVersion; "-" without the
-// publication) — TableIdentity.String. A rename swap, a DROP and CREATE,
+// publication) — follow.TableIdentity.String. A rename swap, a DROP and CREATE,
 // or a table of the name made earlier in the search_path changes the
 // first; a change of what the publication holds, the second
-// (Follower.control, and a relayed follower's through SourceControl.Table).
+// (Follower.control, and a relayed follower's through follow.Control.Table).
 func identityExpr(q, p int) string {
 	oid := fmt.Sprintf("to_regclass($%d)", q)
 	v := strings.NewReplacer("$1", fmt.Sprintf("$%d", p), "$2::oid", oid+"::oid", "$2", oid+"::oid").Replace(publicationVersion)
@@ -257,7 +257,7 @@ func readPublicationVersion(ctx context.Context, q queryRower, r relation) (stri
 }
 
 // Resolve returns table as the server resolves it through conn (its
-// search_path), as "schema.table": the form of [SourceStart.Tables], by
+// search_path), as "schema.table": the form of [follow.Start.Tables], by
 // which a relay and the followers behind it name a table.
 func Resolve(ctx context.Context, conn Conn, table string) (string, error) {
 	if ctx == nil || noConn(conn) {

@@ -206,18 +206,17 @@ func TestDecoderBigTransaction(t *testing.T) {
 }
 
 // applierFixture is an applier over a Loader's feed, without a server.
-func applierFixture(t *testing.T, tag string) (*applier[int64], *guarded.Loader[int64, string]) {
+func applierFixture(t *testing.T) (*applier[int64], *guarded.Loader[int64, string]) {
 	t.Helper()
 	l := emptyLoaderOf[int64](t)
 	feed, err := l.AttachFeed()
 	if err != nil {
 		t.Fatal(err)
 	}
-	tags, err := NewTagger("A", parseID, nil)
+	tags, err := newTagger("A", parseID, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tags.run.Store(&tag)
 	f := &Follower[int64]{key: "id", table: "users", parse: parseID, feed: feed, tags: tags}
 	a := &applier[int64]{f: f, now: time.Now()}
 	// A heartbeat whose snapshot sees every transaction of these tests
@@ -243,7 +242,7 @@ func sessionSeeing(snap Snapshot) *session {
 func TestApplierRecreatedKeyCancelsHeldDeletion(t *testing.T) {
 	for _, own := range []bool{false, true} {
 		t.Run(fmt.Sprintf("own=%v", own), func(t *testing.T) {
-			a, l := applierFixture(t, "A 1")
+			a, l := applierFixture(t)
 			l.MarkReady()
 			if err := a.f.feed.Apply(guarded.Change[int64]{Key: 1}); err != nil { // read by the session's read
 				t.Fatal(err)
@@ -262,7 +261,7 @@ func TestApplierRecreatedKeyCancelsHeldDeletion(t *testing.T) {
 					if err := a.f.feed.Apply(guarded.Change[int64]{Key: 1}); err != nil {
 						t.Fatal(err)
 					}
-					feed(t, d, a, begin(xid), messageMsg(originPrefix, tagrec.AppendField(tagrec.AppendField(nil, "A 1"), "1")), insertMsg(7, "1"), commit(uint64(0x101+2*i)))
+					feed(t, d, a, begin(xid), messageMsg(originPrefix, tagrec.AppendField(tagrec.AppendField(nil, a.f.tags.Run()), "1")), insertMsg(7, "1"), commit(uint64(0x101+2*i)))
 				} else {
 					feed(t, d, a, begin(xid), insertMsg(7, "1"), commit(uint64(0x101+2*i)))
 				}
@@ -292,7 +291,7 @@ func TestApplierRecreatedKeyCancelsHeldDeletion(t *testing.T) {
 // owed the refused copies (guarded's view.over), the key's copies ran out
 // while its row existed (0 copies here).
 func TestOwnInsertsAheadOfTheStream(t *testing.T) {
-	a, l := applierFixture(t, "A 1")
+	a, l := applierFixture(t)
 	l.MarkReady()
 	d := newDecoder(users("public"))
 	msgs := [][]byte{relationMsg(7, "public", "users", "name", "id")}
@@ -301,7 +300,7 @@ func TestOwnInsertsAheadOfTheStream(t *testing.T) {
 		if err := a.f.feed.Apply(guarded.Change[int64]{Key: 1}); err != nil { // Loader.Insert's copy, before the stream has anything
 			t.Fatal(err)
 		}
-		msgs = append(msgs, begin(xid), messageMsg(originPrefix, tagrec.AppendField(tagrec.AppendField(nil, "A 1"), "1")), insertMsg(7, "1"), commit(uint64(0x100+2*i)))
+		msgs = append(msgs, begin(xid), messageMsg(originPrefix, tagrec.AppendField(tagrec.AppendField(nil, a.f.tags.Run()), "1")), insertMsg(7, "1"), commit(uint64(0x100+2*i)))
 		xid++
 		if i < 5 {
 			msgs = append(msgs, begin(xid), deleteMsg(7, "1"), commit(uint64(0x101+2*i)))
@@ -323,7 +322,7 @@ func TestOwnInsertsAheadOfTheStream(t *testing.T) {
 // that decoded it or a later one, while its creations are applied at its
 // commit; a full read drops what is held.
 func TestApplierHoldsDeletionsUntilVisible(t *testing.T) {
-	a, l := applierFixture(t, "")
+	a, l := applierFixture(t)
 	l.MarkReady()
 	for _, k := range []int64{1, 2} {
 		if err := a.f.feed.Apply(guarded.Change[int64]{Key: k}); err != nil { // read by the session's read
@@ -371,7 +370,7 @@ func TestApplierHoldsDeletionsUntilVisible(t *testing.T) {
 // replays the whole transaction from the last commit, applies each
 // change once. A delete applied twice would take the copy of another key.
 func TestApplierHoldsChangesUntilCommit(t *testing.T) {
-	a, l := applierFixture(t, "")
+	a, l := applierFixture(t)
 	if err := a.f.feed.Apply(guarded.Change[int64]{Key: 1}); err != nil { // read by the session's read
 		t.Fatal(err)
 	}
@@ -397,7 +396,8 @@ func TestApplierHoldsChangesUntilCommit(t *testing.T) {
 // inserted twice). Only the tagged keys are skipped, once each; another
 // run's tag skips nothing.
 func TestApplierSkipsTaggedKeysOnly(t *testing.T) {
-	a, l := applierFixture(t, "A 1")
+	a, l := applierFixture(t)
+	run := a.f.tags.Run()
 	tag := func(run string, keys ...int64) []byte {
 		var b []byte
 		for _, k := range keys {
@@ -412,9 +412,9 @@ func TestApplierSkipsTaggedKeysOnly(t *testing.T) {
 	}
 	d := newDecoder(users("public"))
 	feed(t, d, a, relationMsg(7, "public", "users", "name", "id"),
-		begin(1), tag("A 1", 7000), insertMsg(7, "7000"), insertMsg(7, "7001"), commit(0x10),
-		begin(2), insertMsg(7, "8000"), tag("A 1", 8000), commit(0x20),
-		begin(3), tag("A 1", 9000), insertMsg(7, "9000"), deleteMsg(7, "9000"), insertMsg(7, "9000"), commit(0x30),
+		begin(1), tag(run, 7000), insertMsg(7, "7000"), insertMsg(7, "7001"), commit(0x10),
+		begin(2), insertMsg(7, "8000"), tag(run, 8000), commit(0x20),
+		begin(3), tag(run, 9000), insertMsg(7, "9000"), deleteMsg(7, "9000"), insertMsg(7, "9000"), commit(0x30),
 		begin(4), tag("A 0", 9500), insertMsg(7, "9500"), commit(0x40),
 	)
 	l.MarkReady()

@@ -1,6 +1,10 @@
 package postgres
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/cuckooguard/cuckooguard/follow"
+)
 
 // errResync ends a session when a notification asks for a resync.
 var errResync = errors.New("postgres: resync requested")
@@ -140,7 +144,7 @@ func reasonOf(err error) Reason {
 // make a unique index of the key column its replica identity.
 var ErrKeyNotIdentity = errors.New("postgres: the follower's key column is not the table's replica identity")
 
-// ErrKeyType is returned by [Publish], [NewFollower], [NewSource],
+// ErrKeyType is returned by [Publish], [NewFollower], [newSource],
 // [ReadTable] and the Run of a Follower or Source when the key column's
 // type has an equality the guard cannot hold: two texts that the database
 // takes for one key would be two keys to the guard, and a lookup in the
@@ -154,4 +158,4 @@ var ErrKeyType = errors.New("postgres: the key column's type cannot be followed"
 // the follower has read its key column's type: NewFollower could not
 // reach the database, and no session has started since. Pass the lookup
 // on to the store.
-var ErrKeyUnknown = errors.New("postgres: the key column's type is not known yet")
+var ErrKeyUnknown = follow.ErrKeyUnknown

@@ -13,20 +13,22 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cuckooguard/cuckooguard/follow"
 	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/internal/mono"
 	"github.com/cuckooguard/cuckooguard/internal/options"
 )
 
-// State is what a Follower is doing.
-type State int32
+// State is what a Follower is doing: [follow.State], which every
+// follower of every database reports.
+type State = follow.State
 
 // The states of a Follower.
 const (
-	PassThrough State = iota // not connected: the Loader passes every lookup through
-	Resyncing                // reading the table, or catching up from a saved position; lookups pass through
-	Following                // applying changes as they arrive, as a heartbeat sent less than the max lag ago proved
-	Behind                   // applying changes more than the max lag late; lookups pass through
+	PassThrough = follow.PassThrough // not connected: the Loader passes every lookup through
+	Resyncing   = follow.Resyncing   // reading the table, or catching up from a saved position; lookups pass through
+	Following   = follow.Following   // applying changes as they arrive, as a heartbeat sent less than the max lag ago proved
+	Behind      = follow.Behind      // applying changes more than the max lag late; lookups pass through
 )
 
 // A follower is Following only while the last heartbeat back was sent
@@ -35,33 +37,9 @@ const (
 // same lease when it is called, so that a process that wakes from a pause
 // reports Behind before its follower's goroutine has run.
 
-func (s State) String() string {
-	switch s {
-	case Resyncing:
-		return "resyncing"
-	case Following:
-		return "following"
-	case Behind:
-		return "behind"
-	default:
-		return "pass-through"
-	}
-}
-
 // Target is what a [Follower] keeps in step with a table: a
-// *guarded.Loader[K, V] of any value type V. The Follower attaches itself
-// as the Target's change feed ([guarded.Feed]), reads the table into a
-// fresh guard through it (or installs a guard it saved), applies each
-// change after that, and invalidates the Target (every lookup passes
-// through) whenever it cannot know what it misses.
-//
-// A Follower calls AttachFeed at the start of [Follower.Run], from Run's
-// goroutine, and detaches the Feed when Run returns. The Feed, not the
-// Target, must be safe for concurrent use with the Target's lookups, as
-// guarded.Feed is.
-type Target[K comparable] interface {
-	AttachFeed() (*guarded.Feed[K], error)
-}
+// *guarded.Loader[K, V] of any value type V ([follow.Target]).
+type Target[K comparable] = follow.Target[K]
 
 // Follower keeps a [Target] (a *guarded.Loader) in step with the writes
 // every process makes to a table, from PostgreSQL's own change stream:
@@ -105,7 +83,7 @@ type Follower[K comparable] struct {
 	snapEvery time.Duration
 	log       *slog.Logger
 
-	tags *Tagger[K] // this run's tags, and the key column's forms (Key)
+	tags *tagger[K] // this run's tags, and the key column's forms (Key)
 
 	// Touched by Run's goroutine only.
 	feed         *guarded.Feed[K]
@@ -209,7 +187,7 @@ func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, p
 	if err != nil {
 		return nil, err
 	}
-	if f.tags, err = NewTagger(c.origin, parse, text); err != nil {
+	if f.tags, err = newTagger(c.origin, parse, text); err != nil {
 		return nil, err
 	}
 	f.tags.notify = c.notify

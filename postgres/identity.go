@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/cuckooguard/cuckooguard/follow"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -50,6 +51,15 @@ func IdentifyDatabase(ctx context.Context, conn Conn) (Database, error) {
 // "<system>_<oid>", for names (a NATS subject, an object's name).
 func (d Database) Token() string {
 	return strconv.FormatUint(d.System, 10) + "_" + strconv.FormatUint(uint64(d.OID), 10)
+}
+
+// Origin returns d as the stream of its changes names it: the Origin a
+// relay's messages and saved guards carry.
+func (d Database) Origin() follow.Origin {
+	if d.IsZero() {
+		return follow.Origin{}
+	}
+	return follow.Origin{Token: d.Token(), Name: d.String()}
 }
 
 // IsZero reports whether d identifies nothing.

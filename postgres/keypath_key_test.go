@@ -9,7 +9,7 @@ import (
 // each type, as a Follower's Key after its first session.
 
 func benchTagger[K comparable](b *testing.B, base string, parse func(string) (K, error)) func(string) (K, error) {
-	tags, err := NewTagger("bench", parse, nil)
+	tags, err := newTagger("bench", parse, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

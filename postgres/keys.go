@@ -45,6 +45,11 @@ type keyRule struct {
 	parts []*keyRule
 }
 
+// Key, Trivial and Type make a keyRule a follow.KeyForm.
+func (r *keyRule) Key(text string) (string, error) { return r.key(text) }
+func (r *keyRule) Trivial() bool                   { return r.canon == nil }
+func (r *keyRule) Type() string                    { return r.typ }
+
 // key returns the canonical form of text, a key written in any form the
 // database reads.
 func (r *keyRule) key(text string) (string, error) {

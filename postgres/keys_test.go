@@ -41,7 +41,7 @@ func TestDecoderCanonicalKeys(t *testing.T) {
 // refuses a key in another form once the column's forms are known, and
 // before that Key says it does not know.
 func TestTaggerKeyForms(t *testing.T) {
-	tags, err := NewTagger("A", parseText, nil)
+	tags, err := newTagger("A", parseText, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestTaggerReadColumn(t *testing.T) {
 	db, _ := pgConn(t)
 	dsn := dsnOf(t, db)
 	execAll(t, dsn, `CREATE TABLE amounts (k numeric PRIMARY KEY)`)
-	tags, err := NewTagger("A", parseText, nil)
+	tags, err := newTagger("A", parseText, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cuckooguard/cuckooguard/follow"
 	"github.com/cuckooguard/cuckooguard/internal/keyspell"
 )
 
@@ -218,7 +219,7 @@ func TestKeyTypesDirect(t *testing.T) {
 }
 
 // TestKeyTypesRefused: a key column whose equality the guard cannot hold
-// is refused by Publish, Install, NewFollower, NewSource and ReadTable,
+// is refused by Publish, Install, NewFollower, newSource and ReadTable,
 // with an error that names the type, the collation where it is the cause,
 // and what to do.
 func TestKeyTypesRefused(t *testing.T) {
@@ -261,8 +262,8 @@ func TestKeyTypesRefused(t *testing.T) {
 			check("Install", Install(ctx, db, table, "k"))
 			_, err = NewFollower(emptyLoaderOf[string](t), dsn, table, "k", parseText)
 			check("NewFollower", err)
-			_, err = NewSource(dsn, "refused", []SourceTable{{Table: "users_none", Key: "id"}, {Table: table, Key: "k"}})
-			check("NewSource", err)
+			_, err = newSource(dsn, "refused", []follow.Table{{Table: "users_none", Key: "id"}, {Table: table, Key: "k"}})
+			check("newSource", err)
 			_, _, err = ReadTable(ctx, connect(t, dsn), table, "k", func(string) error { return nil })
 			check("ReadTable", err)
 		})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cuckooguard/cuckooguard/follow"
 	"github.com/cuckooguard/cuckooguard/internal/options"
 )
 
@@ -26,7 +27,7 @@ type config struct {
 	snapshotInterval time.Duration
 	keyText          any           // func(K) string of the Follower's K; nil: keyTextOf
 	registry         string        // the schema of cuckooguard_slots; "": the followed table's
-	takeover         bool          // a Source ends another connection's stream of its slot (WithSlotTakeover)
+	takeover         bool          // a Source ends another connection's stream of its slot (withSlotTakeover)
 	maxBackoff       time.Duration // a Source's longest wait (WithMaxBackoff); 0: MaxBackoff
 }
 
@@ -187,7 +188,7 @@ func WithKeyText[K comparable](text func(K) string) Option {
 // func(K) string or nil (the default, keyTextOf).
 func keyTextFor[K comparable](v any) (func(K) string, error) {
 	if v == nil {
-		return keyTextOf[K](), nil
+		return follow.KeyText[K](), nil
 	}
 	text, ok := v.(func(K) string)
 	if !ok || text == nil {

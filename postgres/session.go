@@ -175,7 +175,7 @@ func (f *Follower[K]) checkSetup(ctx context.Context, sender *pgx.Conn) (relatio
 // stream) and for Key, before the session can make the Loader ready: a
 // Key that returns a form is never one older than the guard's.
 func (f *Follower[K]) readRule(ctx context.Context, c *pgx.Conn, rel relation) error {
-	rule, err := readKeyRule(ctx, c, rel, f.key, f.dial.conf.RuntimeParams, cmp.Or(f.rule, f.tags.rule.Load()))
+	rule, err := readKeyRule(ctx, c, rel, f.key, f.dial.conf.RuntimeParams, cmp.Or(f.rule, f.tags.rule()))
 	if err != nil {
 		if errors.Is(err, ErrKeyType) {
 			return failed(ReasonSetup, err)

@@ -11,21 +11,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cuckooguard/cuckooguard/follow"
 	"github.com/cuckooguard/cuckooguard/internal/options"
 )
 
-// SourceTable is a table that a [Source] streams, and its key column, as
-// [NewFollower] takes them: Key names the columns of a key of several
-// with [Columns], and the Source streams each key as its [Tuple].
-type SourceTable struct {
-	Table string
-	Key   string
-}
+var _ follow.Source = (*source)(nil)
 
-// A Source streams the committed changes of several published tables
+// A source streams the committed changes of several published tables
 // through one replication slot, for a relay that passes them on (the
 // fanout module publishes them to NATS JetStream, for replicas that
 // follow the stream instead of the database). Whatever the number of
@@ -40,9 +34,9 @@ type SourceTable struct {
 // relay last confirmed ([Source.Confirm]): a relay that confirms only what
 // its readers can read durably loses nothing across a lost connection or a
 // restart, even on another process.
-type Source struct {
+type source struct {
 	dial      dialer
-	tables    []SourceTable
+	tables    []follow.Table
 	slot      string
 	name      string
 	registry  config    // its registry (WithRegistry) only
@@ -73,99 +67,17 @@ type Source struct {
 	recheck         atomic.Bool  // send a heartbeat now (Recheck)
 }
 
-// SourceStart is where a Source's stream starts, for [SourceHandler.Start].
-type SourceStart struct {
-	Slot string
-	LSN  pglogrepl.LSN // the stream carries the transactions that commit after it
-	// Reset: the slot was made anew (it did not exist, or lost the WAL it
-	// needed), so transactions that committed between the end of what an
-	// earlier stream carried and LSN are in no stream: the relay's readers
-	// must read the tables again.
-	Reset bool
-	// Tables are the tables as the server resolved them
-	// ("schema.table"), and Versions the version of each one's
-	// publication, in the order of NewSource's tables. A publication of
-	// another version than the one an earlier stream carried a table's
-	// changes under may have kept changes out of that stream (a row
-	// filter, an operation left out, the table dropped from it and added
-	// again): the relay's readers of that table must read it again.
-	Tables, Versions []string
-	// Database is the database the stream comes from.
-	Database Database
-	// Identities are the identities of the tables the stream carries, in
-	// the order of NewSource's tables: the oid each name resolved to when
-	// the session began, and Versions. A relayed follower's control
-	// message that saw another ([SourceControl.Table]) was sent while the
-	// name named another table, or its publication was another: the
-	// stream is not of the table the application queries.
-	Identities []TableIdentity
-	// WALEnd is the server's WAL insert position when the session began.
-	// A stream that carries a later LSN than it, of this database, comes
-	// from a history the database no longer has: it was restored to an
-	// earlier point.
-	WALEnd pglogrepl.LSN
-}
-
-// SourceCommit is one committed transaction, for [SourceHandler.Commit].
-type SourceCommit struct {
-	LSN      pglogrepl.LSN   // the end of its commit record
-	Xid      uint32          // its transaction id (32 bits, as the stream carries it)
-	Tables   []SourceChanges // what it did to each table, in the order of NewSource's tables
-	Tags     [][]byte        // its tags (Follower.Tag), as written
-	Controls []SourceControl // markers and heartbeats of relayed followers
-}
-
-// SourceChanges is what a transaction did to one table: its keys in the
-// canonical form of the key column's type (the README's "Key types"), as
-// [ReadTable] reads them.
-type SourceChanges struct {
-	Creates, Deletes []string
-	Truncated        bool
-	// Incomplete: the transaction changed more keys than a Source holds
-	// back (2^20 in all), and some of this table's are missing: its
-	// readers must read the table again, as after a TRUNCATE.
-	Incomplete bool
-}
-
-// Touched reports whether the transaction changed the table.
-func (c *SourceChanges) Touched() bool {
-	return len(c.Creates) > 0 || len(c.Deletes) > 0 || c.Truncated || c.Incomplete
-}
-
-// SourceControl is a marker or heartbeat that a relayed follower sent
-// through the database: a logical decoding message whose prefix is
-// "cuckooguard.hb/" and Route.
-type SourceControl struct {
-	Route, Payload string
-	// Table is the identity of the follower's table as the message's own
-	// transaction saw it ([ControlEmitter]); zero if the follower sent
-	// none.
-	Table TableIdentity
-}
-
-// ControlPrefix returns the prefix of the logical decoding messages (the
+// controlPrefixOf returns the prefix of the logical decoding messages (the
 // markers and heartbeats) that a follower behind a relay sends for route:
-// a [Source] passes them on as SourceControl{Route: route}.
-func ControlPrefix(route string) string { return controlPrefix + "/" + route }
+// a relay's source passes them on as follow.Control{Route: route}.
+func controlPrefixOf(route string) string { return controlPrefix + "/" + route }
 
-// A SourceHandler takes what a [Source] streams, from Run's goroutine, in
-// commit order.
-type SourceHandler interface {
-	// Start is called when a session's stream starts, before its first
-	// commit.
-	Start(ctx context.Context, s SourceStart) error
-	// Commit is called for each committed transaction that changed a
-	// table or carries control messages. Its slices are reused after it
-	// returns.
-	Commit(ctx context.Context, c *SourceCommit) error
-}
-
-// NewSource returns a Source of tables, whose slot is named after name
+// newSource returns a Source of tables, whose slot is named after name
 // (unique among the relays of the database, the same across their
 // restarts). dsn is a postgres:// URL for a user with the REPLICATION
 // attribute; run [Publish] for each table first. Of the options,
 // [WithHeartbeat], [WithHeartbeatDeadline], [WithBackoff],
-// [WithMaxBackoff], [WithLogger], [WithSlotTakeover] and [WithRegistry]
+// [WithMaxBackoff], [WithLogger], [withSlotTakeover] and [WithRegistry]
 // apply. Its slot's use is noted in cuckooguard_slots beside each of its
 // tables (or in WithRegistry's), so that [Slots], [DropStaleSlots] and
 // [Unpublish] of a table see it.
@@ -177,14 +89,14 @@ type SourceHandler interface {
 // it, back until then. A reader that learns of a commit from the handler's
 // output and then takes a snapshot sees the commit's rows.
 //
-// NewSource reads the type of each table's key column through a
+// newSource reads the type of each table's key column through a
 // connection of its own, within the heartbeat deadline, and returns an
 // error wrapping [ErrKeyType] for a type the guard cannot follow; a
 // database that does not answer is no error here (Run returns ErrKeyType
 // at its first session).
-func NewSource(dsn, name string, tables []SourceTable, opts ...Option) (*Source, error) {
+func newSource(dsn, name string, tables []follow.Table, opts ...Option) (*source, error) {
 	c := config{backoff: DefaultBackoff, heartbeat: DefaultHeartbeat, logger: discardLogger}
-	if err := options.Apply("postgres: NewSource", &c, opts); err != nil {
+	if err := options.Apply("postgres: newSource", &c, opts); err != nil {
 		return nil, err
 	}
 	if c.heartbeat > 0 {
@@ -192,21 +104,21 @@ func NewSource(dsn, name string, tables []SourceTable, opts ...Option) (*Source,
 	}
 	switch {
 	case name == "" || len(tables) == 0:
-		return nil, errors.New("postgres: NewSource needs a name and at least one table")
+		return nil, errors.New("postgres: newSource needs a name and at least one table")
 	case c.maxBackoff < 0 || c.maxBackoff > MaxBackoff:
-		return nil, fmt.Errorf("postgres: NewSource: WithMaxBackoff %v is not in (0, %v]", c.maxBackoff, MaxBackoff)
+		return nil, fmt.Errorf("postgres: newSource: WithMaxBackoff %v is not in (0, %v]", c.maxBackoff, MaxBackoff)
 	case c.backoff <= 0 || c.backoff > cmp.Or(c.maxBackoff, MaxBackoff) || c.heartbeat <= 0 || c.deadline <= c.heartbeat:
-		return nil, fmt.Errorf("postgres: NewSource: backoff %v must be in (0, %v], heartbeat %v positive, and the deadline %v longer than the heartbeat",
+		return nil, fmt.Errorf("postgres: newSource: backoff %v must be in (0, %v], heartbeat %v positive, and the deadline %v longer than the heartbeat",
 			c.backoff, MaxBackoff, c.heartbeat, c.deadline)
 	case c.logger == nil:
 		return nil, errors.New("postgres: WithLogger needs a logger")
 	}
 	for _, t := range tables {
 		if t.Table == "" || t.Key == "" {
-			return nil, errors.New("postgres: NewSource: each table needs a name and a key column")
+			return nil, errors.New("postgres: newSource: each table needs a name and a key column")
 		}
 		if _, err := splitColumns(t.Key); err != nil {
-			return nil, fmt.Errorf("postgres: NewSource: table %s: %w", t.Table, err)
+			return nil, fmt.Errorf("postgres: newSource: table %s: %w", t.Table, err)
 		}
 	}
 	conf, err := pgx.ParseConfig(dsn)
@@ -229,30 +141,30 @@ func NewSource(dsn, name string, tables []SourceTable, opts ...Option) (*Source,
 			}
 		}
 	}
-	return &Source{dial: dialer{conf: conf, who: "relay", origin: name, timeout: c.deadline},
-		tables: append([]SourceTable(nil), tables...), slot: relaySlotName(name), name: name, registry: config{registry: c.registry},
+	return &source{dial: dialer{conf: conf, who: "relay", origin: name, timeout: c.deadline},
+		tables: append([]follow.Table(nil), tables...), slot: relaySlotName(name), name: name, registry: config{registry: c.registry},
 		takeover: c.takeover, maxBackoff: cmp.Or(c.maxBackoff, MaxBackoff),
 		rules:     make([]*keyRule, len(tables)),
 		heartbeat: c.heartbeat, deadline: c.deadline, backoff: c.backoff,
 		log: c.logger.With(slog.Group("cuckooguard", slog.String("relay", name)))}, nil
 }
 
-// ErrSlotOfAnotherDatabase is returned by [Source.Run] when the slot its
+// ErrSlotOfAnotherDatabase is returned by a relay's Run when the slot its
 // name gives belongs to another database of the cluster: slot names are
 // the cluster's, so the relays of two databases of one cluster need
 // different names.
 var ErrSlotOfAnotherDatabase = errors.New("postgres: the relay's replication slot belongs to another database of the cluster (give the relays of each database their own name)")
 
-// WithSlotTakeover makes a [Source] end the connection that streams its
+// withSlotTakeover makes a relay's source end the connection that streams its
 // slot, if another one does when a session starts, instead of failing and
 // trying again: for a caller that holds a lease on the slot (the fanout
 // relay), whose previous holder may hang with the slot's walsender open
 // (a stopped process, a long pause) after its lease lapsed.
-func WithSlotTakeover() Option {
+func withSlotTakeover() Option {
 	return func(c *config) { c.takeover = true }
 }
 
-// WithMaxBackoff sets the longest wait of a [Source] between failed
+// WithMaxBackoff sets the longest wait of a relay's source between failed
 // sessions, in (0, [MaxBackoff]] (default MaxBackoff): a relay whose
 // sessions fail because its broker is away sets it short, to stream again
 // soon after the broker is back.
@@ -261,7 +173,7 @@ func WithMaxBackoff(d time.Duration) Option {
 }
 
 // SlotName returns the name of the replication slot of the Source named
-// name (see NewSource): for tools that list or drop relay slots.
+// name (see newSource): for tools that list or drop relay slots.
 func SlotName(name string) string { return relaySlotName(name) }
 
 // relaySlotName returns the name of the slot of the Source named name:
@@ -284,16 +196,16 @@ func relaySlotName(name string) string {
 	return s
 }
 
-// Confirm tells the Source that everything it streamed up to lsn (the
-// LSN of a SourceCommit, or of a SourceStart) is durable downstream: the
+// Confirm tells the Source that everything it streamed up to pos (the
+// Pos of a follow.Commit, or of a follow.Start) is durable downstream: the
 // slot may move past it. A relay calls it once its readers can read those
 // commits for good (the broker acknowledged them); until then the server
 // keeps them, and a restarted relay streams them again. Confirm may be
 // called from any goroutine.
-func (s *Source) Confirm(lsn pglogrepl.LSN) {
+func (s *source) Confirm(pos uint64) {
 	for {
 		cur := s.acked.Load()
-		if uint64(lsn) <= cur || s.acked.CompareAndSwap(cur, uint64(lsn)) {
+		if pos <= cur || s.acked.CompareAndSwap(cur, pos) {
 			return
 		}
 	}
@@ -305,31 +217,15 @@ func (s *Source) Confirm(lsn pglogrepl.LSN) {
 // publication, and ends the session if either changed since the session
 // began (the next session streams the table the name now names). A relay
 // calls it when a follower's control message saw another identity than
-// the stream's ([SourceControl.Table]): that follower's transaction may be
+// the stream's ([follow.Control.Table]): that follower's transaction may be
 // older than the session, and the Source's own heartbeat decides. Recheck
 // may be called from any goroutine.
-func (s *Source) Recheck() { s.recheck.Store(true) }
-
-// SourceStats describes a Source.
-type SourceStats struct {
-	Streaming bool          // a session streams now
-	Sessions  int64         // sessions started
-	Failures  int64         // sessions that ended in an error
-	Commits   int64         // commits passed to the handler
-	Confirmed pglogrepl.LSN // what the handler confirmed
-	LastError error         // of the last failed session
-	// VisibilityWaits counts the snapshots a Source asked for because a
-	// decoded commit was not visible to the last one yet.
-	VisibilityWaits int64
-	// SlotRetained is the WAL, in bytes, that the slot holds on the
-	// server, as of the last heartbeat of a session.
-	SlotRetained int64
-}
+func (s *source) Recheck() { s.recheck.Store(true) }
 
 // Stats returns the Source's statistics.
-func (s *Source) Stats() SourceStats {
-	st := SourceStats{Streaming: State(s.state.Load()) == Following, Sessions: s.sessions.Load(), Failures: s.failures.Load(),
-		Commits: s.commits.Load(), Confirmed: pglogrepl.LSN(s.acked.Load()), VisibilityWaits: s.visibilityWaits.Load(), SlotRetained: s.retained.Load()}
+func (s *source) Stats() follow.SourceStats {
+	st := follow.SourceStats{Streaming: State(s.state.Load()) == Following, Sessions: s.sessions.Load(), Failures: s.failures.Load(),
+		Commits: s.commits.Load(), Confirmed: s.acked.Load(), VisibilityWaits: s.visibilityWaits.Load(), Retained: s.retained.Load()}
 	if e := s.lastErr.Load(); e != nil {
 		st.LastError = *e
 	}
@@ -342,7 +238,7 @@ func (s *Source) Stats() SourceStats {
 // [ErrSlotOfAnotherDatabase] if its first session finds a setup that
 // cannot work. A failed session is logged ([WithLogger])
 // when its reason differs from the last one's.
-func (s *Source) Run(ctx context.Context, h SourceHandler) error {
+func (s *source) Run(ctx context.Context, h follow.Handler) error {
 	if ctx == nil || h == nil {
 		return errors.New("postgres: Source.Run needs a context and a handler")
 	}

@@ -1,19 +1,23 @@
 package postgres
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/cuckooguard/cuckooguard/follow"
+)
 
 func TestSplitIdentity(t *testing.T) {
 	cases := []struct {
 		name, message, payload string
-		id                     TableIdentity
+		id                     follow.TableIdentity
 	}{
-		{"heartbeat", "H 1f-3\t16384 16390.731/16391.731///k1:20.0.", "H 1f-3", TableIdentity{OID: 16384, Version: "16390.731/16391.731///k1:20.0."}},
-		{"marker", "S 1f\t16384 -", "S 1f", TableIdentity{OID: 16384}},
-		{"no table under the name", "H 1f-4\t- 16390.731////k1:.", "H 1f-4", TableIdentity{Version: "16390.731////k1:."}},
-		{"neither", "H 1f-5\t- -", "H 1f-5", TableIdentity{}},
-		{"an earlier follower's", "H 1f-6", "H 1f-6", TableIdentity{}},
-		{"unreadable", "H 1f-7\tx y", "H 1f-7", TableIdentity{}},
-		{"oid zero", "H 1f-8\t0 v", "H 1f-8", TableIdentity{}},
+		{"heartbeat", "H 1f-3\t16384 16390.731/16391.731///k1:20.0.", "H 1f-3", follow.TableIdentity{ID: 16384, Version: "16390.731/16391.731///k1:20.0."}},
+		{"marker", "S 1f\t16384 -", "S 1f", follow.TableIdentity{ID: 16384}},
+		{"no table under the name", "H 1f-4\t- 16390.731////k1:.", "H 1f-4", follow.TableIdentity{Version: "16390.731////k1:."}},
+		{"neither", "H 1f-5\t- -", "H 1f-5", follow.TableIdentity{}},
+		{"an earlier follower's", "H 1f-6", "H 1f-6", follow.TableIdentity{}},
+		{"unreadable", "H 1f-7\tx y", "H 1f-7", follow.TableIdentity{}},
+		{"oid zero", "H 1f-8\t0 v", "H 1f-8", follow.TableIdentity{}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -24,9 +28,9 @@ func TestSplitIdentity(t *testing.T) {
 			if c.id.IsZero() {
 				return
 			}
-			back, err := parseTableIdentity(c.id.String())
+			back, err := follow.ParseTableIdentity(c.id.String())
 			if err != nil || back != c.id {
-				t.Errorf("parseTableIdentity(%q) = %+v, %v; want %+v", c.id.String(), back, err, c.id)
+				t.Errorf("follow.ParseTableIdentity(%q) = %+v, %v; want %+v", c.id.String(), back, err, c.id)
 			}
 		})
 	}

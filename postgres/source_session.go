@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cuckooguard/cuckooguard/follow"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -21,7 +22,7 @@ import (
 // from the slot's position (or from a new slot), and pass on what it
 // carries, with a heartbeat of its own that finds a dead stream and a
 // publication that changed under it. streamed is how long it streamed.
-func (s *Source) session(ctx context.Context, h SourceHandler) (streamed time.Duration, err error) {
+func (s *source) session(ctx context.Context, h follow.Handler) (streamed time.Duration, err error) {
 	sender, err := s.dial.connect(ctx, "read")
 	if err != nil {
 		return 0, err
@@ -52,17 +53,17 @@ func (s *Source) session(ctx context.Context, h SourceHandler) (streamed time.Du
 	if err != nil {
 		return 0, err
 	}
-	start.Database = db
+	start.Origin = db.Origin()
 	var pubs []string
 	for _, r := range rels {
 		pubs = append(pubs, pgx.Identifier{publicationName(r.schema, r.name)}.Sanitize())
 	}
-	err = pglogrepl.StartReplication(ctx, rc, s.slot, start.LSN, pglogrepl.StartReplicationOptions{PluginArgs: []string{
+	err = pglogrepl.StartReplication(ctx, rc, s.slot, pglogrepl.LSN(start.Pos), pglogrepl.StartReplicationOptions{PluginArgs: []string{
 		"proto_version '1'", "publication_names " + quoteLiteral(strings.Join(pubs, ",")), "messages 'true'"}})
 	if err != nil {
-		return 0, failed(ReasonListen, fmt.Errorf("postgres: relay: start streaming slot %s from %s: %w", s.slot, start.LSN, err))
+		return 0, failed(ReasonListen, fmt.Errorf("postgres: relay: start streaming slot %s from %s: %w", s.slot, pglogrepl.LSN(start.Pos), err))
 	}
-	if err := verifyStart(ctx, sender, s.slot, rc.PID(), start.LSN); err != nil {
+	if err := verifyStart(ctx, sender, s.slot, rc.PID(), pglogrepl.LSN(start.Pos)); err != nil {
 		return 0, err
 	}
 	if err := h.Start(ctx, start); err != nil {
@@ -71,7 +72,7 @@ func (s *Source) session(ctx context.Context, h SourceHandler) (streamed time.Du
 	s.sessions.Add(1)
 	s.state.Store(int32(Following))
 	began := time.Now()
-	err = s.stream(ctx, sender, rc, h, rels, versions, rules, start.LSN, vis)
+	err = s.stream(ctx, sender, rc, h, rels, versions, rules, pglogrepl.LSN(start.Pos), vis)
 	s.remake = remakeSlot(err)
 	return time.Since(began), err
 }
@@ -91,7 +92,7 @@ func remakeSlot(err error) bool {
 // checkSetup checks what logical decoding needs and each table's
 // publication, and returns the tables as the server resolves them, the
 // versions of their publications, and their keys' forms.
-func (s *Source) checkSetup(ctx context.Context, c *pgx.Conn) ([]relation, []string, []*keyRule, error) {
+func (s *source) checkSetup(ctx context.Context, c *pgx.Conn) ([]relation, []string, []*keyRule, error) {
 	setup := func(err error) error {
 		if errors.Is(err, ErrLogicalUnavailable) || errors.Is(err, ErrNotPublished) || errors.Is(err, ErrKeyNotIdentity) || errors.Is(err, ErrKeyType) {
 			return failed(ReasonSetup, err)
@@ -137,11 +138,11 @@ func (s *Source) checkSetup(ctx context.Context, c *pgx.Conn) ([]relation, []str
 // startPoint returns where the stream starts: the slot's confirmed
 // position, or, for a slot that does not exist or lost its WAL, the
 // consistent point of a new one (a reset).
-func (s *Source) startPoint(ctx context.Context, sender *pgx.Conn, rc *pgconn.PgConn, rels []relation, versions []string) (SourceStart, error) {
-	start := SourceStart{Slot: s.slot, Versions: versions}
+func (s *source) startPoint(ctx context.Context, sender *pgx.Conn, rc *pgconn.PgConn, rels []relation, versions []string) (follow.Start, error) {
+	start := follow.Start{Versions: versions}
 	for i, r := range rels {
 		start.Tables = append(start.Tables, r.String())
-		start.Identities = append(start.Identities, TableIdentity{OID: r.oid, Version: versions[i]})
+		start.Identities = append(start.Identities, follow.TableIdentity{ID: uint64(r.oid), Version: versions[i]})
 	}
 	// The WAL's end now, before the stream starts: whatever a relay
 	// published from this database's history is behind it.
@@ -149,10 +150,11 @@ func (s *Source) startPoint(ctx context.Context, sender *pgx.Conn, rc *pgconn.Pg
 	if err := sender.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&end); err != nil {
 		return start, failed(reasonFor(err, ReasonConnectionLost), fmt.Errorf("postgres: relay: read the WAL's end: %w", err))
 	}
-	var err error
-	if start.WALEnd, err = pglogrepl.ParseLSN(end); err != nil {
+	walEnd, err := pglogrepl.ParseLSN(end)
+	if err != nil {
 		return start, failed(ReasonSlot, err)
 	}
+	start.End = uint64(walEnd)
 	st, err := readSlot(ctx, sender, s.slot)
 	if err != nil {
 		return start, failed(ReasonSlot, err)
@@ -174,8 +176,8 @@ func (s *Source) startPoint(ctx context.Context, sender *pgx.Conn, rc *pgconn.Pg
 			slog.String("slot", s.slot))
 	}
 	if st.exists && st.walStatus != "lost" && !s.remake {
-		start.LSN = st.confirmed
-		s.startAt(start.LSN)
+		start.Pos = uint64(st.confirmed)
+		s.startAt(st.confirmed)
 		return start, nil
 	}
 	var other string
@@ -194,11 +196,12 @@ func (s *Source) startPoint(ctx context.Context, sender *pgx.Conn, rc *pgconn.Pg
 	if err != nil {
 		return start, failed(ReasonSlot, fmt.Errorf("postgres: relay: create slot %s: %w", s.slot, err))
 	}
-	if start.LSN, err = pglogrepl.ParseLSN(res.ConsistentPoint); err != nil {
+	point, err := pglogrepl.ParseLSN(res.ConsistentPoint)
+	if err != nil {
 		return start, failed(ReasonSlot, err)
 	}
-	start.Reset = true
-	s.startAt(start.LSN)
+	start.Pos, start.Reset = uint64(point), true
+	s.startAt(point)
 	return start, nil
 }
 
@@ -208,10 +211,10 @@ func (s *Source) startPoint(ctx context.Context, sender *pgx.Conn, rc *pgconn.Pg
 // since. Confirmed to the server, such a position would move the slot past
 // commits that no handler saw (the server takes a confirmed position as
 // it comes), and the next session would start after them.
-func (s *Source) startAt(lsn pglogrepl.LSN) { s.acked.Store(uint64(lsn)) }
+func (s *source) startAt(lsn pglogrepl.LSN) { s.acked.Store(uint64(lsn)) }
 
 // stream passes on the session's stream until it fails or ctx ends.
-func (s *Source) stream(ctx context.Context, sender *pgx.Conn, rc *pgconn.PgConn, h SourceHandler, rels []relation, versions []string, rules []*keyRule, from pglogrepl.LSN, vis *visibility) error {
+func (s *source) stream(ctx context.Context, sender *pgx.Conn, rc *pgconn.PgConn, h follow.Handler, rels []relation, versions []string, rules []*keyRule, from pglogrepl.LSN, vis *visibility) error {
 	tables := make([]decodedTable, len(rels))
 	for i, r := range rels {
 		tables[i] = decodedTable{schema: r.schema, rel: r.name, key: s.tables[i].Key, rule: rules[i]}
@@ -306,13 +309,13 @@ func (s *Source) stream(ctx context.Context, sender *pgx.Conn, rc *pgconn.PgConn
 
 // working reports whether the session's walsender was found at work
 // within a heartbeat and the deadline before now (see Follower.busy).
-func (s *Source) working(probe *atomic.Pointer[walsender], now time.Time) bool {
+func (s *source) working(probe *atomic.Pointer[walsender], now time.Time) bool {
 	w := probe.Load()
 	return w != nil && !w.worked.IsZero() && now.Sub(w.worked) <= s.heartbeat+s.deadline
 }
 
 // handle handles one message of the replication connection.
-func (s *Source) handle(msg pgproto3.BackendMessage, dec *decoder, sink *sourceSink, received *pglogrepl.LSN) error {
+func (s *source) handle(msg pgproto3.BackendMessage, dec *decoder, sink *sourceSink, received *pglogrepl.LSN) error {
 	cd, ok := msg.(*pgproto3.CopyData)
 	if !ok {
 		if e, ok := msg.(*pgproto3.ErrorResponse); ok {
@@ -352,7 +355,7 @@ func (s *Source) handle(msg pgproto3.BackendMessage, dec *decoder, sink *sourceS
 }
 
 // confirm sends the session's position to the server.
-func (s *Source) confirm(ctx context.Context, rc *pgconn.PgConn, received, flush pglogrepl.LSN) error {
+func (s *source) confirm(ctx context.Context, rc *pgconn.PgConn, received, flush pglogrepl.LSN) error {
 	sctx, cancel := context.WithTimeout(ctx, s.deadline)
 	defer cancel()
 	return pglogrepl.SendStandbyStatusUpdate(sctx, rc, pglogrepl.StandbyStatusUpdate{
@@ -364,10 +367,10 @@ func (s *Source) confirm(ctx context.Context, rc *pgconn.PgConn, received, flush
 // oid each name resolves to and the version of the session's table's
 // publication, as identities writes them), and reads what the walsender
 // of pid does.
-func (s *Source) beat(ctx context.Context, c *pgx.Conn, rels []relation, token string, seq int64, pid uint32, probe *atomic.Pointer[walsender]) error {
+func (s *source) beat(ctx context.Context, c *pgx.Conn, rels []relation, token string, seq int64, pid uint32, probe *atomic.Pointer[walsender]) error {
 	bctx, cancel := context.WithTimeout(ctx, s.deadline)
 	defer cancel()
-	args := []any{ControlPrefix(token), strconv.FormatInt(seq, 10), int64(pid)}
+	args := []any{controlPrefixOf(token), strconv.FormatInt(seq, 10), int64(pid)}
 	parts := make([]string, len(rels))
 	for i, r := range rels {
 		args = append(args, publicationName(r.schema, r.name), r.oid, sanitizeTable(s.tables[i].Table)) // the name as given: resolved as the application does
@@ -400,7 +403,7 @@ func (s *Source) beat(ctx context.Context, c *pgx.Conn, rels []relation, token s
 // tables of that schema ("schema.table", comma-separated), best effort:
 // a role that cannot write the table relays all the same, and
 // DropStaleSlots then never finds the slot stale.
-func (s *Source) noteSlot(ctx context.Context, c *pgx.Conn, rels []relation) {
+func (s *source) noteSlot(ctx context.Context, c *pgx.Conn, rels []relation) {
 	bySchema := map[string][]string{}
 	for _, r := range rels {
 		bySchema[r.schema] = append(bySchema[r.schema], r.String())

@@ -9,17 +9,18 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cuckooguard/cuckooguard/follow"
 	"github.com/jackc/pglogrepl"
 )
 
 // sourceSink passes a session's decoded transactions to the handler.
 type sourceSink struct {
-	s        *Source
+	s        *source
 	ctx      context.Context
-	h        SourceHandler
+	h        follow.Handler
 	token    string // the prefix of the session's own heartbeats
-	c        SourceCommit
-	controls []SourceControl
+	c        follow.Commit
+	controls []follow.Control
 	beats    *sourceBeats
 	need     pglogrepl.LSN // the last commit passed to the handler: it must confirm up to it
 	free     pglogrepl.LSN // a position before which nothing waits for the handler
@@ -39,11 +40,11 @@ func (k *sourceSink) commit(t *txn) error {
 		k.controls = k.controls[:0]
 		return nil
 	}
-	k.c = SourceCommit{LSN: t.end, Xid: t.xid, Tables: k.c.Tables[:0], Tags: t.tags, Controls: k.controls}
+	k.c = follow.Commit{Pos: uint64(t.end), Xid: t.xid, Tables: k.c.Tables[:0], Tags: t.tags, Controls: k.controls}
 	for i := range t.tables {
 		tt := &t.tables[i]
 		incomplete := k.partial[i] || t.overflow
-		k.c.Tables = append(k.c.Tables, SourceChanges{Creates: tt.creates, Deletes: tt.deletes, Truncated: tt.truncated, Incomplete: incomplete})
+		k.c.Tables = append(k.c.Tables, follow.Changes{Creates: tt.creates, Deletes: tt.deletes, Truncated: tt.truncated, Incomplete: incomplete})
 		k.partial[i] = false
 	}
 	// A commit that changed a table goes on once it is visible (see
@@ -55,9 +56,9 @@ func (k *sourceSink) commit(t *txn) error {
 }
 
 // deliver passes c on to the handler.
-func (k *sourceSink) deliver(c *SourceCommit) error {
+func (k *sourceSink) deliver(c *follow.Commit) error {
 	err := k.h.Commit(k.ctx, c)
-	k.need = c.LSN
+	k.need = pglogrepl.LSN(c.Pos)
 	k.s.commits.Add(1)
 	return err
 }
@@ -80,7 +81,7 @@ func (k *sourceSink) control(prefix, payload string) error {
 		return k.beats.back(payload)
 	}
 	payload, id := splitIdentity(payload)
-	k.controls = append(k.controls, SourceControl{Route: route, Payload: payload, Table: id})
+	k.controls = append(k.controls, follow.Control{Route: route, Payload: payload, Table: id})
 	return nil
 }
 
@@ -130,7 +131,7 @@ func (b *sourceBeats) back(payload string) error {
 func identities(rels []relation, versions []string) string {
 	parts := make([]string, len(rels))
 	for i, r := range rels {
-		parts[i] = TableIdentity{OID: r.oid, Version: versions[i]}.String()
+		parts[i] = follow.TableIdentity{ID: uint64(r.oid), Version: versions[i]}.String()
 	}
 	return strings.Join(parts, "|")
 }

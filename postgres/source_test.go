@@ -8,29 +8,31 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cuckooguard/cuckooguard/follow"
 )
 
-// sourceRecorder is a SourceHandler that keeps what it is given.
+// sourceRecorder is a follow.Handler that keeps what it is given.
 type sourceRecorder struct {
 	mu      sync.Mutex
-	starts  []SourceStart
-	commits []SourceCommit
+	starts  []follow.Start
+	commits []follow.Commit
 }
 
-func (r *sourceRecorder) Start(_ context.Context, s SourceStart) error {
+func (r *sourceRecorder) Start(_ context.Context, s follow.Start) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.starts = append(r.starts, s)
 	return nil
 }
 
-func (r *sourceRecorder) Commit(_ context.Context, c *SourceCommit) error {
+func (r *sourceRecorder) Commit(_ context.Context, c *follow.Commit) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cp := *c
 	cp.Tables = nil
 	for _, t := range c.Tables {
-		cp.Tables = append(cp.Tables, SourceChanges{Creates: slices.Clone(t.Creates), Deletes: slices.Clone(t.Deletes), Truncated: t.Truncated, Incomplete: t.Incomplete})
+		cp.Tables = append(cp.Tables, follow.Changes{Creates: slices.Clone(t.Creates), Deletes: slices.Clone(t.Deletes), Truncated: t.Truncated, Incomplete: t.Incomplete})
 	}
 	cp.Tags = slices.Clone(c.Tags)
 	cp.Controls = slices.Clone(c.Controls)
@@ -39,7 +41,7 @@ func (r *sourceRecorder) Commit(_ context.Context, c *SourceCommit) error {
 }
 
 // wait waits until the recorder holds n commits and returns them.
-func (r *sourceRecorder) wait(t *testing.T, n int) []SourceCommit {
+func (r *sourceRecorder) wait(t *testing.T, n int) []follow.Commit {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		r.mu.Lock()
@@ -56,9 +58,9 @@ func (r *sourceRecorder) wait(t *testing.T, n int) []SourceCommit {
 
 // runSource runs a Source of users and orders named name until the test
 // ends or stop is called.
-func runSource(t *testing.T, dsn, name string, r *sourceRecorder) (*Source, func()) {
+func runSource(t *testing.T, dsn, name string, r *sourceRecorder) (*source, func()) {
 	t.Helper()
-	s, err := NewSource(dsn, name, []SourceTable{{"users", "id"}, {"orders", "id"}}, WithHeartbeat(hb), WithBackoff(20*time.Millisecond))
+	s, err := newSource(dsn, name, []follow.Table{{Table: "users", Key: "id"}, {Table: "orders", Key: "id"}}, WithHeartbeat(hb), WithBackoff(20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,27 +106,27 @@ func TestSource(t *testing.T) {
 	execAll(t, dsn,
 		`INSERT INTO users VALUES (100, 'a')`,
 		`BEGIN; INSERT INTO orders VALUES (1, 'x'); DELETE FROM users WHERE id = 1; SELECT pg_logical_emit_message(true, 'cuckooguard.origin', 'tag'); COMMIT`,
-		fmt.Sprintf(`SELECT pg_logical_emit_message(true, %s, 'H tok-1 v')`, quoteLiteral(ControlPrefix(schema+".users"))),
+		fmt.Sprintf(`SELECT pg_logical_emit_message(true, %s, 'H tok-1 v')`, quoteLiteral(controlPrefixOf(schema+".users"))),
 		`CREATE TABLE plain (id int)`, `INSERT INTO plain VALUES (1)`, // nothing of the tables
 	)
 	got := r.wait(t, 3)
 	if c0, c1, c2 := got[0], got[1], got[2]; strings.Join(c0.Tables[0].Creates, ",") != "100" || c0.Tables[1].Touched() ||
 		strings.Join(c1.Tables[0].Deletes, ",") != "1" || strings.Join(c1.Tables[1].Creates, ",") != "1" || string(c1.Tags[0]) != "tag" ||
-		len(c2.Controls) != 1 || c2.Controls[0] != (SourceControl{Route: schema + ".users", Payload: "H tok-1 v"}) ||
-		!(c0.LSN < c1.LSN && c1.LSN < c2.LSN) {
+		len(c2.Controls) != 1 || c2.Controls[0] != (follow.Control{Route: schema + ".users", Payload: "H tok-1 v"}) ||
+		!(c0.Pos < c1.Pos && c1.Pos < c2.Pos) {
 		t.Fatalf("commits %+v", got[:3])
 	}
 	// The handler confirms the first commit only: a restart streams the
 	// other two again, from the slot.
-	s.Confirm(got[0].LSN)
+	s.Confirm(got[0].Pos)
 	time.Sleep(4 * hb) // a status goes out
 	stop()
 	r2 := &sourceRecorder{}
 	_, stop = runSource(t, dsn, name, r2)
 	again := r2.wait(t, 2)
-	if r2.starts[0].Reset || r2.starts[0].LSN != got[0].LSN || again[0].LSN != got[1].LSN || again[1].LSN != got[2].LSN {
-		t.Fatalf("restart: start %+v, commits at %s, %s; want no reset, from %s, then %s and %s",
-			r2.starts[0], again[0].LSN, again[1].LSN, got[0].LSN, got[1].LSN, got[2].LSN)
+	if r2.starts[0].Reset || r2.starts[0].Pos != got[0].Pos || again[0].Pos != got[1].Pos || again[1].Pos != got[2].Pos {
+		t.Fatalf("restart: start %+v, commits at %d, %d; want no reset, from %d, then %d and %d",
+			r2.starts[0], again[0].Pos, again[1].Pos, got[0].Pos, got[1].Pos, got[2].Pos)
 	}
 	stop()
 	// A slot that is gone: a reset, from a new one. (The server ends the
@@ -141,8 +143,8 @@ func TestSource(t *testing.T) {
 	}
 	r3 := &sourceRecorder{}
 	runSource(t, dsn, name, r3) // stopped at the end of the test
-	if !r3.starts[0].Reset || r3.starts[0].LSN <= got[2].LSN {
-		t.Fatalf("after the slot was dropped: %+v, want a reset past %s", r3.starts[0], got[2].LSN)
+	if !r3.starts[0].Reset || r3.starts[0].Pos <= got[2].Pos {
+		t.Fatalf("after the slot was dropped: %+v, want a reset past %d", r3.starts[0], got[2].Pos)
 	}
 	// A publication changed under the stream: the session ends, and the
 	// next one starts with the new version (a relay resets that table).

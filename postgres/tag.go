@@ -1,68 +1,43 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"reflect"
-	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/cuckooguard/cuckooguard/follow"
 	"github.com/jackc/pgx/v5"
-
-	"github.com/cuckooguard/cuckooguard/internal/tagrec"
 )
 
-// A Tagger writes and reads the tags of one follower's run: messages in a
-// writing transaction that name the keys it creates through the
-// follower's Loader, so that the follower skips exactly those inserts
-// when they come back in the change stream. A [Follower] has one; a
-// follower of another stream of the same changes (the fanout module's,
-// behind a relay) uses one of its own. A Tagger is safe for concurrent
-// use.
-type Tagger[K comparable] struct {
-	origin string
-	run    atomic.Pointer[string] // "<origin> <random>": this run's tag
-	parse  func(string) (K, error)
-	text   func(K) string
-	notify bool // tags go to the setting the NOTIFY trigger reads
-
-	rule   atomic.Pointer[keyRule] // the key column's forms (keys.go); nil until read
-	col    *column                 // where Key reads them while rule is nil; nil: nowhere
-	readMu sync.Mutex              // held while Key reads them
+// A tagger is a Follower's follow.Tagger, with what PostgreSQL adds: the
+// statement that writes a tag (a logical decoding message, or with
+// WithNotify the setting the trigger reads), and where the key column's
+// forms are read.
+type tagger[K comparable] struct {
+	*follow.Tagger[K]
+	notify bool    // tags go to the setting the NOTIFY trigger reads
+	col    *column // where the forms are read; nil: nowhere
 }
 
-// NewTagger returns the Tagger of a run of the follower named origin
+// newTagger returns the tagger of a run of the follower named origin
 // (any name; "" is fine), whose keys read back from their text with parse
 // and are written as text by text (nil: the default of [WithKeyText]).
-func NewTagger[K comparable](origin string, parse func(string) (K, error), text func(K) string) (*Tagger[K], error) {
+func newTagger[K comparable](origin string, parse func(string) (K, error), text func(K) string) (*tagger[K], error) {
 	if parse == nil {
-		return nil, errors.New("postgres: NewTagger needs a parse function")
+		return nil, errors.New("postgres: NewFollower needs a parse function")
 	}
-	if text == nil {
-		text = keyTextOf[K]()
+	t, err := follow.NewTagger(origin, parse, text)
+	if err != nil {
+		return nil, err
 	}
-	t := &Tagger[K]{origin: cmp.Or(origin, "-"), parse: parse, text: text}
-	t.NewRun()
-	return t, nil
-}
-
-// NewRun starts another run: tags written from now on are told apart from
-// the earlier ones, whose inserts the follower applies rather than skips
-// (a restarted process's guard may lack the keys an earlier run added, and
-// a guard swapped in lacks those added to the one it replaced).
-func (t *Tagger[K]) NewRun() {
-	t.run.Store(new(fmt.Sprintf("%s %x", t.origin, rand.Uint64())))
+	return &tagger[K]{Tagger: t}, nil
 }
 
 // Tag names, in transaction tx, the keys it creates on behalf of the
 // follower's Loader (see [Follower.Tag]).
-func (t *Tagger[K]) Tag(ctx context.Context, tx pgx.Tx, keys ...K) error {
+func (t *tagger[K]) Tag(ctx context.Context, tx pgx.Tx, keys ...K) error {
 	switch {
 	case ctx == nil:
 		return errors.New("postgres: Tag: ctx is nil")
@@ -81,60 +56,22 @@ func (t *Tagger[K]) Tag(ctx context.Context, tx pgx.Tx, keys ...K) error {
 
 // Query returns the statement that Tag runs for keys, with its arguments
 // (see [Follower.TagQuery]).
-func (t *Tagger[K]) Query(keys ...K) (query string, args []any, err error) {
-	if len(keys) == 0 {
-		return "", nil, errors.New("postgres: Tag: no keys: name the keys the transaction creates through the Loader")
-	}
-	content, err := t.content(*t.run.Load(), keys)
+func (t *tagger[K]) Query(keys ...K) (query string, args []any, err error) {
+	content, err := t.Content("postgres: Tag", keys...)
 	if err != nil {
 		return "", nil, err
 	}
 	if t.notify {
 		return `SELECT set_config('cuckooguard.origin', coalesce(current_setting('cuckooguard.origin', true), '') || $1, true)`, []any{string(content)}, nil
 	}
-	return `SELECT pg_logical_emit_message(true, 'cuckooguard.origin', $1::bytea)`, []any{content}, nil
+	q, args := tagStatement(content)
+	return q, args, nil
 }
 
-// content returns what a tag of keys by run says: for each key,
-// "<len>:<run><len>:<key text>". Records concatenate, so that the tags of
-// one transaction can be read as one (WithNotify appends them to one
-// setting).
-func (t *Tagger[K]) content(run string, keys []K) ([]byte, error) {
-	var b []byte
-	rule := t.rule.Load()
-	for _, k := range keys {
-		text := t.text(k)
-		if rule != nil {
-			if c, err := rule.key(text); err != nil || c != text {
-				if err == nil {
-					err = fmt.Errorf("its canonical form is %q", c)
-				}
-				return nil, fmt.Errorf("postgres: Tag: key %v is not in the canonical form of its column's type %s (%v): the Loader would hold a form that no lookup through Key asks for; give the Loader the key that Key returns", k, rule.typ, err)
-			}
-		}
-		if back, err := t.parse(text); err != nil || back != k {
-			if err == nil {
-				err = fmt.Errorf("it parses as %v", back)
-			}
-			return nil, fmt.Errorf("postgres: Tag: key %v does not read back from its text %q (%v): the follower could not tell its insert from another key's; give the Loader keys in the form the table stores and parse returns, or set WithKeyText", k, text, err)
-		}
-		b = tagrec.Append(b, run, text)
-	}
-	return b, nil
-}
-
-// Own returns the keys that the tags of one transaction name for this
-// run, with how many times each, or nil if none does. Tags of other
-// followers and earlier runs, and tags it cannot read, name none.
-func (t *Tagger[K]) Own(tags [][]byte) map[K]int {
-	if len(tags) == 0 {
-		return nil
-	}
-	contents := make([]string, len(tags))
-	for i, c := range tags {
-		contents[i] = string(c)
-	}
-	return tagrec.Own(*t.run.Load(), contents, t.parse)
+// tagStatement returns the statement that writes a tag of content in the
+// writing transaction, through logical decoding, with its arguments.
+func tagStatement(content []byte) (string, []any) {
+	return `SELECT pg_logical_emit_message(true, 'cuckooguard.origin', $1::bytea)`, []any{content}
 }
 
 // Tag names the keys that transaction tx creates on behalf of this
@@ -171,50 +108,6 @@ func (f *Follower[K]) TagQuery(keys ...K) (query string, args []any, err error) 
 	return f.tags.Query(keys...)
 }
 
-// keyTextOf returns the default text form of keys of type K: a string as
-// it is, an integer in decimal, and anything else as fmt.Sprint prints it
-// (a fmt.Stringer's String, such as a UUID's).
-func keyTextOf[K comparable]() func(K) string {
-	var zero K
-	switch any(zero).(type) {
-	case string:
-		return func(k K) string { return any(k).(string) }
-	case int64:
-		return func(k K) string { return strconv.FormatInt(any(k).(int64), 10) }
-	}
-	return func(k K) string { return fmt.Sprint(k) }
-}
-
-// Key returns the key that the guard holds for text, a key of the
-// followed column written in any form the database reads as it: parse of
-// the text's canonical form for the column's type ("ab" for a character(5)
-// key stored as "ab   ", "alice@example.com" for the citext
-// "Alice@Example.com", "1.5" for the numeric 1.50; the README's "Key
-// types" lists them). Look keys up through it, in the Loader and in
-// middleware.Parse, and insert the keys it returns: the guard holds each
-// key in that one form. For a text of another type's form, or one whose
-// value depends on the looking-up session (a timestamp with time zone
-// without an offset), Key returns an error: the guard cannot judge it, and
-// the lookup must go to the store (the middleware passes a request whose
-// key function fails on to the handler).
-//
-// It returns an error wrapping [ErrKeyUnknown] before the column's type
-// is known: see [Tagger.UseColumn].
-func (t *Tagger[K]) Key(text string) (K, error) {
-	r := t.rule.Load()
-	if r == nil {
-		var err error
-		if r, err = t.readRule(); err != nil {
-			return *new(K), err
-		}
-	}
-	s, err := r.key(text)
-	if err != nil {
-		return *new(K), err
-	}
-	return t.parse(s)
-}
-
 // UseColumn makes the Tagger's keys those of table's keyColumn (or of the
 // columns of a key of several, [Columns]), whose type
 // it reads through a connection of conf (its DSN's startup parameters are
@@ -225,7 +118,7 @@ func (t *Tagger[K]) Key(text string) (K, error) {
 // not answer is no error: Key reads the type at its first call after, and
 // returns [ErrKeyUnknown] until it can. A follower calls it from its
 // constructor.
-func (t *Tagger[K]) UseColumn(conf *pgx.ConnConfig, table, keyColumn string, timeout time.Duration) error {
+func (t *tagger[K]) UseColumn(conf *pgx.ConnConfig, table, keyColumn string, timeout time.Duration) error {
 	if conf == nil || table == "" || keyColumn == "" || timeout <= 0 {
 		return errors.New("postgres: Tagger.UseColumn needs a connection config, a table, a key column and a timeout")
 	}
@@ -233,14 +126,7 @@ func (t *Tagger[K]) UseColumn(conf *pgx.ConnConfig, table, keyColumn string, tim
 		return err
 	}
 	t.col = &column{conf: conf.Copy(), table: table, key: keyColumn, timeout: timeout}
-	r, err := t.col.read()
-	switch {
-	case errors.Is(err, ErrKeyType):
-		return err
-	case err == nil:
-		t.rule.Store(r)
-	}
-	return nil
+	return t.Tagger.UseColumn(t.col, func(err error) bool { return errors.Is(err, ErrKeyType) })
 }
 
 // ReadColumn reads the type of the Tagger's column ([Tagger.UseColumn])
@@ -250,7 +136,7 @@ func (t *Tagger[K]) UseColumn(conf *pgx.ConnConfig, table, keyColumn string, tim
 // follower follows, Key knows the forms its guard holds (UseColumn may
 // not have reached the database). It reuses citext's map while the
 // database's ctype and its version stay the same.
-func (t *Tagger[K]) ReadColumn(ctx context.Context, conn *pgx.Conn) error {
+func (t *tagger[K]) ReadColumn(ctx context.Context, conn *pgx.Conn) error {
 	switch {
 	case ctx == nil || conn == nil:
 		return errors.New("postgres: Tagger.ReadColumn needs a context and a connection")
@@ -261,37 +147,28 @@ func (t *Tagger[K]) ReadColumn(ctx context.Context, conn *pgx.Conn) error {
 	if err != nil {
 		return err
 	}
-	rule, err := readKeyRule(ctx, conn, r, t.col.key, conn.Config().RuntimeParams, t.rule.Load())
+	rule, err := readKeyRule(ctx, conn, r, t.col.key, conn.Config().RuntimeParams, t.rule())
 	if err != nil {
 		return err
 	}
-	t.rule.Store(rule)
+	t.setRule(rule)
 	return nil
 }
 
-// readRule reads the key column's forms for Key, once at a time: a Key
-// that finds another one reading returns ErrKeyUnknown rather than wait.
-func (t *Tagger[K]) readRule() (*keyRule, error) {
-	if t.col == nil {
-		return nil, fmt.Errorf("%w: the Tagger has no column (Tagger.UseColumn)", ErrKeyUnknown)
-	}
-	if !t.readMu.TryLock() {
-		return nil, fmt.Errorf("%w: it is being read", ErrKeyUnknown)
-	}
-	defer t.readMu.Unlock()
-	if r := t.rule.Load(); r != nil {
-		return r, nil
-	}
-	r, err := t.col.read()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrKeyUnknown, err)
-	}
-	t.rule.CompareAndSwap(nil, r)
-	return t.rule.Load(), nil
+// setColumn makes c the tagger's column, without reading it.
+func (t *tagger[K]) setColumn(c *column) {
+	t.col = c
+	t.SetColumn(c)
 }
 
 // setRule makes r the key column's forms: a follower's session read them.
-func (t *Tagger[K]) setRule(r *keyRule) { t.rule.Store(r) }
+func (t *tagger[K]) setRule(r *keyRule) { t.SetForm(r) }
+
+// rule returns the key column's forms, or nil if they are not known yet.
+func (t *tagger[K]) rule() *keyRule {
+	r, _ := t.Form().(*keyRule)
+	return r
+}
 
 // column is a key column, and how to read its type.
 type column struct {
@@ -304,6 +181,18 @@ type column struct {
 // through a connection of their own (citext's map takes the server a
 // quarter of a second), beyond the timeout of connecting.
 const readRuleTimeout = 10 * time.Second
+
+// Read reads the column's forms, as follow.KeyColumn.
+func (c *column) Read() (follow.KeyForm, error) {
+	r, err := c.read()
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Composite reports whether the key is of several columns.
+func (c *column) Composite() bool { return strings.Contains(c.key, columnSep) }
 
 // read reads the column's forms through a connection of its own, made
 // within the column's timeout.
@@ -342,36 +231,4 @@ func keyTypeConn(ctx context.Context, conf *pgx.ConnConfig) (*pgx.Conn, error) {
 		return nil, fmt.Errorf("postgres: read the key column's type: %w", err)
 	}
 	return conn, nil
-}
-
-// KeyRule returns the key rule a follower installs in its Loader
-// ([guarded.Feed.SetKeyRule]), so that every entry of the Loader, and the
-// middleware and rpcguard through it, takes a key in any text the
-// database reads as it, as [Tagger.Key] does: the key's text (the
-// Tagger's text function), its canonical form for the column's type, and
-// parse of that. For a key of several columns ([Columns]) it makes each
-// column's text canonical, whatever K is (a [Tuple], or a struct of the
-// caller's whose text function writes a Tuple): a key of another number
-// of columns, or with a column the rule cannot read, is an error, which
-// the Loader answers by passing the lookup to the store. It is nil for
-// keys of one column whose type is not a string kind (an integer, a
-// [16]byte uuid: one form per value already). Until the
-// column's forms are known (a follower reads them at its first session,
-// before its Loader is ready) it returns keys as they are. It reads
-// nothing from the database.
-func (t *Tagger[K]) KeyRule() func(K) (K, error) {
-	if reflect.TypeFor[K]().Kind() != reflect.String && (t.col == nil || !strings.Contains(t.col.key, columnSep)) {
-		return nil
-	}
-	return func(k K) (K, error) {
-		r := t.rule.Load()
-		if r == nil || r.canon == nil {
-			return k, nil
-		}
-		s, err := r.key(t.text(k))
-		if err != nil {
-			return k, err
-		}
-		return t.parse(s)
-	}
 }

@@ -18,7 +18,7 @@ func FuzzSplitTag(f *testing.F) {
 	f.Add([]byte("1:x"), uint16(3), true)
 	f.Add([]byte("12:abc"), uint16(1), true)
 	f.Add([]byte(""), uint16(0), false)
-	tagger, err := NewTagger("origin", func(s string) (string, error) { return s, nil }, nil)
+	tagger, err := newTagger("origin", func(s string) (string, error) { return s, nil }, nil)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -29,11 +29,11 @@ func FuzzSplitTag(f *testing.F) {
 			for _, k := range bytes.Split(b, []byte{0}) {
 				keys = append(keys, string(k))
 			}
-			if tag, err = tagger.content(*tagger.run.Load(), keys); err != nil {
+			if tag, err = tagger.Content("test", keys...); err != nil {
 				t.Skip()
 			}
 		}
-		pieces := SplitTag(tag, int(size))
+		pieces := tagrec.Split(tag, int(size))
 		if got := bytes.Join(pieces, nil); !bytes.Equal(got, tag) {
 			t.Fatalf("pieces %q join to %q, want %q", pieces, got, tag)
 		}
@@ -53,7 +53,7 @@ func FuzzSplitTag(f *testing.F) {
 }
 
 func TestSplitTag(t *testing.T) {
-	tagger, err := NewTagger("o", func(s string) (string, error) { return s, nil }, nil)
+	tagger, err := newTagger("o", func(s string) (string, error) { return s, nil }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,11 +61,11 @@ func TestSplitTag(t *testing.T) {
 	for i := range 30000 {
 		keys = append(keys, strconv.Itoa(i))
 	}
-	tag, err := tagger.content(*tagger.run.Load(), keys)
+	tag, err := tagger.Content("test", keys...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pieces := SplitTag(tag, 64<<10)
+	pieces := tagrec.Split(tag, 64<<10)
 	if len(pieces) < len(tag)/(64<<10) {
 		t.Fatalf("%d bytes in %d pieces of at most 64 KiB", len(tag), len(pieces))
 	}

@@ -15,7 +15,7 @@ import (
 //
 // A table keyed by (tenant_id, id) is followed as one key of two columns:
 // the keyColumn argument of [Publish], [Install], [NewFollower],
-// [ReadTable] and a [SourceTable]'s Key name them all, joined by
+// [ReadTable] and a [follow.Table]'s Key name them all, joined by
 // [Columns]. Each column keeps its own type's equality (keys.go): a
 // tenant's uuid in upper case and its citext id in another case are the
 // tenant's key. The guard holds a key of several columns as a [Tuple]:
@@ -45,7 +45,7 @@ const maxKeyColumns = 32
 
 // Columns returns the key column argument of a key of several columns,
 // for [Publish], [Install], [NewFollower], [ReadTable] and a
-// [SourceTable]'s Key: postgres.Columns("tenant_id", "id"). Each name is
+// [follow.Table]'s Key: postgres.Columns("tenant_id", "id"). Each name is
 // a column's name, taken literally, as a one-column key's is. The order
 // is the order of the key's [Tuple]. Columns of one name is that name.
 func Columns(names ...string) string {

@@ -158,11 +158,11 @@ func (m member) text() string {
 func TestTupleKeyRule(t *testing.T) {
 	rule := testTupleRule(t, 2)
 	t.Run("Tuple", func(t *testing.T) {
-		tags, err := NewTagger("A", ParseTuple, nil)
+		tags, err := newTagger("A", ParseTuple, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		tags.col = &column{key: Columns("tenant_id", "id")}
+		tags.setColumn(&column{key: Columns("tenant_id", "id")})
 		tags.setRule(rule)
 		canon := tags.KeyRule()
 		if canon == nil {
@@ -187,14 +187,14 @@ func TestTupleKeyRule(t *testing.T) {
 		}
 	})
 	t.Run("struct", func(t *testing.T) {
-		tags, err := NewTagger("A", parseMember, member.text)
+		tags, err := newTagger("A", parseMember, member.text)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if tags.KeyRule() != nil {
 			t.Fatal("KeyRule of a struct key of one column is not nil")
 		}
-		tags.col = &column{key: Columns("tenant_id", "id")}
+		tags.setColumn(&column{key: Columns("tenant_id", "id")})
 		tags.setRule(rule)
 		canon := tags.KeyRule()
 		if canon == nil {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cuckooguard/cuckooguard/follow"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -35,7 +36,7 @@ const maxHeld = 4096
 // Its methods run on the session's goroutine; the snapshots are taken by
 // check's.
 type visibility struct {
-	s       *Source
+	s       *source
 	held    []heldCommit
 	seen    Snapshot // the newest snapshot: what it sees, every later one sees
 	valid   bool
@@ -49,7 +50,7 @@ type visibility struct {
 }
 
 type heldCommit struct {
-	c       SourceCommit
+	c       follow.Commit
 	changed bool // it changed a table: it waits to be visible
 }
 
@@ -60,7 +61,7 @@ type snapshotAnswer struct {
 
 // newVisibility starts the goroutine that takes snapshots on conn until
 // ctx ends; wait for done before conn closes.
-func newVisibility(ctx context.Context, s *Source, conn *pgx.Conn) (v *visibility, done <-chan struct{}) {
+func newVisibility(ctx context.Context, s *source, conn *pgx.Conn) (v *visibility, done <-chan struct{}) {
 	v = &visibility{s: s, ask: make(chan struct{}, 1), answers: make(chan snapshotAnswer, 1), pause: time.Millisecond}
 	d := make(chan struct{})
 	go func() {
@@ -94,14 +95,14 @@ func newVisibility(ctx context.Context, s *Source, conn *pgx.Conn) (v *visibilit
 // pass hands c (a commit that changed a table if changed) to deliver at
 // once if nothing is held and it is visible to the newest snapshot, or
 // holds a copy of it until it is.
-func (v *visibility) pass(c *SourceCommit, changed bool, deliver func(*SourceCommit) error) error {
+func (v *visibility) pass(c *follow.Commit, changed bool, deliver func(*follow.Commit) error) error {
 	if len(v.held) == 0 && (!changed || v.valid && v.seen.VisibleXid(c.Xid)) {
 		return deliver(c)
 	}
 	if len(v.held) == 0 {
 		v.since, v.logged = time.Now(), false
 	}
-	cp := SourceCommit{LSN: c.LSN, Xid: c.Xid, Tags: slices.Clone(c.Tags), Controls: slices.Clone(c.Controls)}
+	cp := follow.Commit{Pos: c.Pos, Xid: c.Xid, Tags: slices.Clone(c.Tags), Controls: slices.Clone(c.Controls)}
 	for _, t := range c.Tables {
 		t.Creates, t.Deletes = slices.Clone(t.Creates), slices.Clone(t.Deletes)
 		cp.Tables = append(cp.Tables, t)
@@ -118,7 +119,7 @@ func (v *visibility) holding() bool {
 // release takes the snapshots that came, delivers the held commits they
 // show visible, in order, and asks for another while some are held. With
 // maxHeld commits held it waits (until ctx ends) for some to go.
-func (v *visibility) release(ctx context.Context, deliver func(*SourceCommit) error) error {
+func (v *visibility) release(ctx context.Context, deliver func(*follow.Commit) error) error {
 	for {
 		select {
 		case a := <-v.answers:
@@ -177,7 +178,7 @@ func (v *visibility) release(ctx context.Context, deliver func(*SourceCommit) er
 
 // deliverVisible delivers the held commits the newest snapshot shows
 // visible, from the first, and returns how many.
-func (v *visibility) deliverVisible(deliver func(*SourceCommit) error) (int, error) {
+func (v *visibility) deliverVisible(deliver func(*follow.Commit) error) (int, error) {
 	n := 0
 	for len(v.held) > 0 {
 		h := &v.held[0]

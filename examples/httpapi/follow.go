@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/cuckooguard/cuckooguard/fanout"
+	"github.com/cuckooguard/cuckooguard/follow"
 	"github.com/cuckooguard/cuckooguard/postgres"
 )
 
@@ -62,14 +63,18 @@ func (a *app) follow(cfg config, table string) error {
 	// take turns, by the relay's lease, and share its one slot. A
 	// service of more tables passes them all here (pgguard.Start does
 	// all of this in one call).
-	if a.relay, err = fanout.NewRelay(cfg.DSN, cfg.Service, nc, []postgres.SourceTable{{Table: table, Key: "id"}}, opts...); err != nil {
+	db, err := postgres.Relayed(cfg.DSN)
+	if err != nil {
+		return err
+	}
+	if a.relay, err = fanout.NewRelay(db, cfg.Service, nc, []follow.Table{{Table: table, Key: "id"}}, opts...); err != nil {
 		return err
 	}
 	// The replica that relays saves its guard to JetStream's object store
 	// every minute: a new replica starts from it and reads nothing from
 	// the table.
 	fopts := append(opts, fanout.WithRelay(cfg.Service), fanout.WithOrigin(cfg.Origin), fanout.WithSnapshots(fanout.DefaultBucket, time.Minute, a.relay.Leading))
-	if a.relayed, err = fanout.NewFollower(a.loader, nc, cfg.DSN, table, "id", parse, fopts...); err != nil {
+	if a.relayed, err = fanout.NewFollower(a.loader, nc, db, table, "id", parse, fopts...); err != nil {
 		return err
 	}
 	a.db.Tag = a.relayed.TagQuery

@@ -156,7 +156,7 @@ func NewRelayCollector(r RelayStatser, opts ...metrics.Option) prometheus.Collec
 				if !s.Leading {
 					return 0
 				}
-				return float64(s.Source.SlotRetained)
+				return float64(s.Source.Retained)
 			}).
 		Add(collect.Metric{Subsystem: sub, Name: "relay_lease_lapses_total", Type: prometheus.CounterValue,
 			Help: "Terms that ended because this process did not renew its lease in time (a pause longer than the lease): another replica may have taken over."},

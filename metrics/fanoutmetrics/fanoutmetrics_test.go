@@ -8,6 +8,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/cuckooguard/cuckooguard/fanout"
+	"github.com/cuckooguard/cuckooguard/follow"
 	"github.com/cuckooguard/cuckooguard/metrics"
 	"github.com/cuckooguard/cuckooguard/metrics/fanoutmetrics"
 	"github.com/cuckooguard/cuckooguard/metrics/internal/metricstest"
@@ -44,7 +45,7 @@ func TestCollectors(t *testing.T) {
 		Fenced: 6, Pending: 7, RelaySilence: 1500 * time.Millisecond, NATSConnected: true,
 	}}
 	r := &fixedRelay{fanout.RelayStats{Leading: true, Terms: 2, Lapsed: 1, Published: 5000, Resets: 1,
-		Source: postgres.SourceStats{Streaming: true, Sessions: 3, Failures: 2, Commits: 4321, SlotRetained: 1 << 20}}}
+		Source: follow.SourceStats{Streaming: true, Sessions: 3, Failures: 2, Commits: 4321, Retained: 1 << 20}}}
 	reg := prometheus.NewPedanticRegistry()
 	labels := metrics.WithConstLabels(prometheus.Labels{"table": "users"})
 	reg.MustRegister(fanoutmetrics.NewFollowerCollector(f, labels), fanoutmetrics.NewRelayCollector(r, labels))

@@ -1,15 +1,13 @@
-package postgres
+package tagrec
 
-import "github.com/cuckooguard/cuckooguard/internal/tagrec"
-
-// SplitTag splits the content of a tag (what [Follower.Tag] emits, as a
-// SourceCommit's Tags carry it) into pieces of at most size bytes each,
+// Split splits the content of a tag (what a follower's Tag writes, as a
+// follow.Commit's Tags carry it) into pieces of at most size bytes each,
 // at the boundaries of its records, so that a relay can pass a tag of
 // many keys on in messages of a limited size: the pieces, read as the tags
 // of one transaction, name the same keys. A record larger than size is a
 // piece of its own, and a tail that does not read as records is the last
 // piece.
-func SplitTag(tag []byte, size int) [][]byte {
+func Split(tag []byte, size int) [][]byte {
 	if len(tag) <= size {
 		return [][]byte{tag}
 	}
@@ -17,9 +15,9 @@ func SplitTag(tag []byte, size int) [][]byte {
 	start, end := 0, 0 // the piece being made is tag[start:end]
 	rest := string(tag)
 	for rest != "" {
-		_, after, ok := tagrec.CutField(rest)
+		_, after, ok := CutField(rest)
 		if ok {
-			_, after, ok = tagrec.CutField(after)
+			_, after, ok = CutField(after)
 		}
 		if !ok {
 			break

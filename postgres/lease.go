@@ -1,4 +1,4 @@
-package fanout
+package postgres
 
 import (
 	"context"
@@ -10,13 +10,13 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// A lease is a relay's right to relay: a PostgreSQL advisory lock held in
+// A lease is a relay's right to relay (follow.Lease): a PostgreSQL advisory lock held in
 // a transaction whose session the server ends once it sits idle for the
 // lease's length (idle_in_transaction_session_timeout). The relay renews
 // it with a statement every heartbeat; a relay that stops renewing it (a
 // stopped process, a long pause, a frozen VM, a lost connection) loses it
 // within the lease, the lock is free, and another replica takes it, and
-// the slot (postgres.WithSlotTakeover).
+// the slot (withSlotTakeover).
 //
 // The transaction never takes a transaction id and runs in READ
 // COMMITTED, so holding it for days holds back no vacuum.
@@ -47,13 +47,13 @@ func acquire(ctx context.Context, conf *pgx.ConnConfig, name string, length, dea
 	defer cancel()
 	conn, err := pgx.ConnectConfig(cctx, c)
 	if err != nil {
-		return nil, fmt.Errorf("fanout: relay: connect: %w", err)
+		return nil, fmt.Errorf("postgres: relay: connect: %w", err)
 	}
 	l := &lease{conn: conn, length: length}
 	sent := time.Now()
 	got, err := l.begin(cctx, name)
 	if err != nil || !got {
-		l.release()
+		l.Release()
 		return nil, err
 	}
 	l.renewed.Store(sent.UnixNano())
@@ -69,8 +69,8 @@ func acquire(ctx context.Context, conf *pgx.ConnConfig, name string, length, dea
 		}
 	}
 	if err != nil {
-		l.release()
-		return nil, fmt.Errorf("fanout: relay: take a term: %w", err)
+		l.Release()
+		return nil, fmt.Errorf("postgres: relay: take a term: %w", err)
 	}
 	return l, nil
 }
@@ -84,33 +84,36 @@ func (l *lease) begin(ctx context.Context, name string) (bool, error) {
 		err = l.conn.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))`, "cuckooguard relay "+name).Scan(&got)
 	}
 	if err != nil {
-		return false, fmt.Errorf("fanout: relay: try the lease: %w", err)
+		return false, fmt.Errorf("postgres: relay: try the lease: %w", err)
 	}
 	return got, nil
 }
 
-// renew renews the lease: an error means it is lost (or will be).
-func (l *lease) renew(ctx context.Context, deadline time.Duration) error {
+// Renew renews the lease: an error means it is lost (or will be).
+func (l *lease) Renew(ctx context.Context, deadline time.Duration) error {
 	sent := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
 	if _, err := l.conn.Exec(rctx, "SELECT 1"); err != nil {
-		return fmt.Errorf("fanout: relay: renew the lease: %w", err)
+		return fmt.Errorf("postgres: relay: renew the lease: %w", err)
 	}
 	l.renewed.Store(sent.UnixNano())
 	return nil
 }
 
-// held reports whether the lease is surely still held at now, by this
+// Held reports whether the lease is surely still held at now, by this
 // process's clock: the last renewal was sent less than the lease's length
 // ago, less a margin for the clocks' rates.
-func (l *lease) held(now time.Time) bool {
+func (l *lease) Held(now time.Time) bool {
 	until := time.Unix(0, l.renewed.Load()).Add(l.length - l.length/10)
 	return now.Before(until)
 }
 
-// release gives the lease up: the session ends, and the lock with it.
-func (l *lease) release() { closeQuickly(l.conn) }
+// Release gives the lease up: the session ends, and the lock with it.
+func (l *lease) Release() { closeQuickly(l.conn) }
+
+// Term returns the lease's term.
+func (l *lease) Term() uint64 { return l.term }
 
 // closeQuickly closes c, waiting at most closeWait for a server that does
 // not answer: a Run must return promptly whatever the network does.
