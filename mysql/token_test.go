@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -306,4 +308,262 @@ func TestReadYourWrites(t *testing.T) {
 	}
 	n.waitCurrent(t)
 	run("caught up again", 100)
+}
+
+// TestTokenOtherHistory: lookups under a token of another stream (a
+// made-up server or domain, a second GTID domain) pass through, and so do
+// those of another history of the same server: after RESET MASTER the
+// sequence numbers start again at 1, below the follower's position, and
+// every key written and looked up under its token from the moment the
+// reset returns must read present until the follower has read the new
+// history (and after). A token of the old history, beyond the new one's
+// positions, waits and passes through.
+func TestTokenOtherHistory(t *testing.T) {
+	srv := testDSN(t)
+	strictGTID(t, srv)
+	table, c := newTable(t, srv, "id BIGINT NOT NULL PRIMARY KEY", "")
+	db := openDB(t, srv)
+	n := startTokenNode(t, srv, table, []guarded.Option{guarded.WithTokenWait(20 * time.Millisecond)}, WithBackoff(20*time.Millisecond))
+	ctx := context.Background()
+	id := int64(0)
+	var tc tokenCheck
+	write := func() (int64, guarded.Token) {
+		t.Helper()
+		id++
+		if _, err := db.ExecContext(ctx, fmt.Sprintf("INSERT INTO `%s` (id) VALUES (%d)", table, id)); err != nil {
+			t.Fatal(err)
+		}
+		tok, err := WriteToken(ctx, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id, tok
+	}
+	// The old history: far enough that the new one's first positions are
+	// below the follower's.
+	insertRange(t, c, table, 1_000_000, 1_000_100)
+	for range 200 {
+		k, tok := write()
+		tc.check(t, n, k, tok)
+	}
+	n.waitApplied(t)
+	old := n.loader.Position()
+	absentKey := int64(-1)
+	passes := func(name string, tok guarded.Token) {
+		t.Helper()
+		before := n.loader.Stats()
+		if !n.loader.MayContainContext(guarded.WithToken(ctx, tok), absentKey) {
+			t.Fatalf("%s: a key of no row reads absent under token %v (Loader at %v): the token was judged reached", name, tok, n.loader.Position())
+		}
+		after := n.loader.Stats()
+		t.Logf("%s (%v, Loader at %v): passed through (%d foreign, %d after the wait)", name, tok, n.loader.Position(),
+			after.TokenForeign-before.TokenForeign, after.TokenPassed-before.TokenPassed)
+	}
+	if n.loader.MayContain(absentKey) {
+		t.Fatalf("key %d: the guard does not reject it, the checks below could not fail", absentKey)
+	}
+	server, _ := strings.CutPrefix(old.Stream(), "mariadb-")
+	server, _, _ = strings.Cut(server, "-")
+	for _, name := range []string{"mariadb-4000000000-0", "mariadb-" + server + "-9", "elsewhere"} {
+		tok, err := guarded.NewToken(name, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		passes("made-up stream "+name, tok)
+	}
+
+	// A second GTID domain: no token is given, and the follower's
+	// positions stay those of its own domain.
+	exec(t, c, "SET SESSION gtid_domain_id = 9", fmt.Sprintf("INSERT INTO `%s` (id) VALUES (2000000)", table), "SET SESSION gtid_domain_id = DEFAULT")
+	if tok, err := WriteToken(ctx, db); !errors.Is(err, ErrNoToken) {
+		t.Fatalf("WriteToken with two GTID domains = %v, %v; want ErrNoToken", tok, err)
+	}
+	n.waitCurrent(t)
+	if p := n.loader.Position(); p.Stream() != old.Stream() || p.Pos() < old.Pos() {
+		t.Fatalf("after a transaction of domain 9: Loader at %v, want %s at or past %v", p, old.Stream(), old)
+	}
+	passes("domain 9's position", mustToken(t, "mariadb-"+server+"-9", 1))
+
+	// Another history: RESET MASTER under the follower.
+	reads := n.follower.Stats().FullReads
+	began := time.Now()
+	exec(t, c, "RESET MASTER")
+	reset := time.Now()
+	st := n.follower.Stats()
+	r, err := c.Execute("SELECT @@GLOBAL.gtid_binlog_pos")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, _ := r.GetString(0, 0)
+	t.Logf("RESET MASTER took %v; then: follower %v, Loader ready %v, at %v; the binlog at %q", reset.Sub(began).Round(time.Millisecond), st.State, n.loader.Ready(), n.loader.Position(), now)
+	var during tokenCheck
+	below := 0 // keys written at positions the follower had passed in the old history
+	for n.follower.Stats().FullReads == reads || !n.loader.Ready() {
+		if time.Since(reset) > time.Minute {
+			t.Fatalf("the follower did not read the new history in a minute: %+v", n.follower.Stats())
+		}
+		k, tok := write()
+		if tok.Pos() <= old.Pos() {
+			below++
+		} else if below == 0 {
+			t.Fatalf("the new history's first write is at %v, past the old one's %v: the case needs it below", tok, old)
+		}
+		during.check(t, n, k, tok)
+	}
+	n.waitCurrent(t)
+	st = n.follower.Stats()
+	t.Logf("after RESET MASTER, until the follower read the new history (%v): %d keys checked under their token (%d at positions below the follower's in the old history), %d absent (wrong 404s), %d would have read absent without it; the session ended with %v; read because %q",
+		time.Since(reset).Round(time.Millisecond), during.checked, below, during.wrong, during.without, st.LastError, st.ReadReason)
+	if p := n.loader.Position(); p.Pos() < old.Pos() {
+		passes("a token of the old history past the new one's position", old)
+	} else {
+		// The new history's read holds every write of the old one: a
+		// token the new history has passed is reached, rightly.
+		t.Logf("the new history (at %v) passed the old one's token %v: it is reached", p, old)
+	}
+	for range 200 {
+		k, tok := write()
+		tc.check(t, n, k, tok)
+	}
+	t.Logf("before and after: %d keys checked under their token, %d absent (wrong 404s); %d would have read absent without it; %d waited, %d passed through",
+		tc.checked, tc.wrong, tc.without, tc.waited, tc.passed)
+	if during.checked == 0 {
+		t.Fatal("no key was checked between the reset and the read")
+	}
+}
+
+func mustToken(t testing.TB, stream string, pos uint64) guarded.Token {
+	t.Helper()
+	tok, err := guarded.NewToken(stream, pos)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// TestTokenModel: four writers (database/sql) insert, delete and change
+// keys of their own at random, each write followed by its token, while
+// the follower's stream is delayed now and then (its lease held by a long
+// max lag); every key a writer created, and has not deleted since, must
+// read present on the follower's Loader under the writer's latest token:
+// the key just written, and every 50 writes all the writer's keys.
+func TestTokenModel(t *testing.T) {
+	srv := testDSN(t)
+	strictGTID(t, srv)
+	table, _ := newTable(t, srv, "id BIGINT NOT NULL PRIMARY KEY", "")
+	db := openDB(t, srv)
+	route, via := newRoute(t, srv)
+	n := startTokenNode(t, via, table, []guarded.Option{guarded.WithTokenWait(20 * time.Millisecond)},
+		WithMaxLag(2*time.Second), WithHeartbeatDeadline(3*time.Second))
+	n.waitCurrent(t)
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	run := 3 * time.Second
+	if testing.Short() {
+		run = time.Second
+	}
+	ctx, stop := context.WithTimeout(context.Background(), run)
+	defer stop()
+	const writers, space = 4, 4000
+	counts := make([]tokenCheck, writers)
+	ops := make([]int, writers)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(seed, uint64(w)))
+			have := map[int64]bool{} // the writer's keys that have a row
+			var tok guarded.Token
+			pick := func(want bool) (int64, bool) {
+				for range 20 {
+					k := int64(r.IntN(space/writers)*writers + w)
+					if have[k] == want {
+						return k, true
+					}
+				}
+				return 0, false
+			}
+			for ctx.Err() == nil {
+				var q string
+				var created int64 = -1
+				switch op := r.IntN(10); {
+				case op < 5:
+					k, ok := pick(false)
+					if !ok {
+						continue
+					}
+					q, created = fmt.Sprintf("INSERT INTO `%s` (id) VALUES (%d)", table, k), k
+					have[k] = true
+				case op < 8:
+					k, ok := pick(true)
+					if !ok {
+						continue
+					}
+					q = fmt.Sprintf("DELETE FROM `%s` WHERE id = %d", table, k)
+					delete(have, k)
+				default:
+					from, ok1 := pick(true)
+					to, ok2 := pick(false)
+					if !ok1 || !ok2 {
+						continue
+					}
+					q, created = fmt.Sprintf("UPDATE `%s` SET id = %d WHERE id = %d", table, to, from), to
+					delete(have, from)
+					have[to] = true
+				}
+				if _, err := db.ExecContext(context.Background(), q); err != nil {
+					t.Errorf("%s: %v", q, err)
+					return
+				}
+				next, err := WriteToken(context.Background(), db)
+				if err != nil {
+					t.Errorf("WriteToken: %v", err)
+					return
+				}
+				tok = tok.Later(next)
+				ops[w]++
+				if created >= 0 {
+					counts[w].check(t, n, created, tok)
+				}
+				if ops[w]%50 == 0 {
+					for k := range have {
+						counts[w].check(t, n, k, tok)
+					}
+				}
+			}
+		})
+	}
+	// The stream delayed now and then: 0, 50 or 150 ms.
+	wg.Go(func() {
+		r := rand.New(rand.NewPCG(seed, writers))
+		delays := []time.Duration{0, 50 * time.Millisecond, 150 * time.Millisecond}
+		tick := time.NewTicker(300 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				route.p.SetDelay(0)
+				return
+			case <-tick.C:
+				route.p.SetDelay(delays[r.IntN(len(delays))])
+			}
+		}
+	})
+	wg.Wait()
+	var all tokenCheck
+	total := 0
+	for w := range writers {
+		c := counts[w]
+		all.checked += c.checked
+		all.wrong += c.wrong
+		all.without += c.without
+		all.waited += c.waited
+		all.passed += c.passed
+		total += ops[w]
+	}
+	st := n.follower.Stats()
+	t.Logf("%d writes by %d writers in %v; %d keys checked under the writer's token, %d absent (wrong 404s); %d would have read absent without it; %d waited, %d passed through after the wait; follower %v, %d failures",
+		total, writers, run, all.checked, all.wrong, all.without, all.waited, all.passed, st.State, st.Failures)
+	if all.checked == 0 || all.without == 0 {
+		t.Fatalf("%d keys checked, %d absent without the token: the case did not exercise the tokens", all.checked, all.without)
+	}
 }
