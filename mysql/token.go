@@ -163,13 +163,6 @@ func tokenStream(id, domain uint32) string {
 // positions wait in holdings.after, each behind the deletions held when
 // it was reached.
 
-// heldPos is a position reached once the deletions held[:upto] are
-// released.
-type heldPos struct {
-	upto int
-	seq  uint64
-}
-
 // tokenDomain reads, at a session's start, the GTID domain whose
 // positions the session reports: the server's default, the domain of the
 // Follower's heartbeats. The stream is named after it and the server's
@@ -189,51 +182,23 @@ func tokenDomain(c *client.Conn) (uint32, error) {
 
 // startPositions names the stream of the session's positions, and
 // reports pos, where the session starts (the read's position, or the last
-// transaction applied), once the deletions held now are released.
+// transaction applied).
 func (f *Follower[K]) startPositions(id, domain uint32, pos gtidPos) {
 	if stream := tokenStream(id, domain); stream != f.tokStream {
-		// Another server or domain: the positions held are of the old
-		// one. (A resume is on the same server; a read drops them.)
+		// Another server or domain: its positions mean nothing in the
+		// old one's stream.
 		f.tokStream, f.tokDomain = stream, domain
-		clear(f.holds.after)
-		f.holds.after = f.holds.after[:0]
 	}
 	f.reachAfter(pos[domain].seq)
 }
 
 // reachAfter reports seq, the position of the transaction of the
-// session's domain just applied (or where the session starts), once the
-// deletions held now are released; at once if none is.
-func (f *Follower[K]) reachAfter(seq uint64) {
-	h := &f.holds
-	upto := len(h.held)
-	switch {
-	case upto == 0:
-		h.after = h.after[:0] // nothing held: every position before is through too
-		f.reached(seq)
-	case len(h.after) > 0 && h.after[len(h.after)-1].upto == upto:
-		h.after[len(h.after)-1].seq = seq // behind the same deletions
-	default:
-		h.after = append(h.after, heldPos{upto: upto, seq: seq})
-	}
-}
-
-// releasedHeld reports the positions that the release of the first n held
-// deletions let through.
-func (f *Follower[K]) releasedHeld(n int) {
-	h := &f.holds
-	i, last := 0, uint64(0)
-	for ; i < len(h.after) && h.after[i].upto <= n; i++ {
-		last = h.after[i].seq
-	}
-	for j := i; j < len(h.after); j++ {
-		h.after[j].upto -= n
-	}
-	h.after = h.after[:copy(h.after, h.after[i:])]
-	if i > 0 {
-		f.reached(last)
-	}
-}
+// session's domain just applied (or where the session starts). Deletions
+// that wait to be visible (visible.go) do not hold it back: a key whose
+// deletion waits is still in the guard, which answers "present" (a false
+// positive, as without a token), never "absent" for a key a write under
+// the token made.
+func (f *Follower[K]) reachAfter(seq uint64) { f.reached(seq) }
 
 // reached tells the Loader that its guard holds every change of the
 // session's stream up to seq.

@@ -46,11 +46,11 @@ func TestTokenOf(t *testing.T) {
 	}
 }
 
-// TestPositionsWaitForDeletions drives the positions a Follower reports
-// without a server: a transaction's position reaches the Loader once the
-// deletions held before and in it are released, not before, and in
-// order.
-func TestPositionsWaitForDeletions(t *testing.T) {
+// TestPositionsReachedAtCommit drives the positions a Follower reports
+// without a server: a transaction's position reaches the Loader at its
+// commit, deletions held for visibility or not (they keep their keys in
+// the guard: a false positive), and a read reports where it read.
+func TestPositionsReachedAtCommit(t *testing.T) {
 	g, err := guard.New()
 	if err != nil {
 		t.Fatal(err)
@@ -75,36 +75,17 @@ func TestPositionsWaitForDeletions(t *testing.T) {
 	if p := l.Position(); p.String() != "mariadb-9-0.64" {
 		t.Fatalf("after the start: position %v, want mariadb-9-0.64", p)
 	}
-	f.reachAfter(101) // no deletion held
+	f.reachAfter(101)
 	f.holds.hold([]int64{1, 2})
 	f.reachAfter(102) // two deletions held
-	f.reachAfter(103) // behind the same two
+	if got := at(); got != 102 {
+		t.Fatalf("with deletions held: position %d, want 102", got)
+	}
 	f.holds.hold([]int64{3})
-	f.reachAfter(104) // behind three
-	if got := at(); got != 101 {
-		t.Fatalf("with deletions held: position %d, want 101", got)
+	f.reachAfter(104)
+	if got := at(); got != 104 {
+		t.Fatalf("with three deletions held: position %d, want 104", got)
 	}
-	release := func(n int) {
-		clear(f.holds.held[:n])
-		f.holds.held = f.holds.held[n:]
-		f.releasedHeld(n)
-	}
-	release(1)
-	if got := at(); got != 101 {
-		t.Fatalf("one of two deletions released: position %d, want 101", got)
-	}
-	release(1)
-	if got := at(); got != 103 {
-		t.Fatalf("two released: position %d, want 103", got)
-	}
-	f.holds.hold([]int64{5})
-	f.reachAfter(105)
-	release(2)
-	if got := at(); got != 105 || len(f.holds.after) != 0 {
-		t.Fatalf("all released: position %d, %d waiting; want 105, 0", got, len(f.holds.after))
-	}
-	f.holds.hold([]int64{6})
-	f.reachAfter(106)
 	f.holds.drop() // a read of the table
 	f.startPositions(9, 0, gtidPos{0: {0, 9, 90}})
 	if got := at(); got != 90 {
@@ -236,6 +217,9 @@ func TestWriteToken(t *testing.T) {
 // is counted as what the token prevents.
 type tokenCheck struct {
 	checked, wrong, without, waited, passed int
+	// quiet: a wrong answer is counted, not an error (the window after
+	// RESET MASTER that the package doc owns up to).
+	quiet bool
 }
 
 func (tc *tokenCheck) check(t *testing.T, n *node[int64], key int64, tok guarded.Token) {
@@ -248,7 +232,7 @@ func (tc *tokenCheck) check(t *testing.T, n *node[int64], key int64, tok guarded
 	tc.checked++
 	if !n.loader.MayContainContext(guarded.WithToken(context.Background(), tok), key) {
 		tc.wrong++
-		if tc.wrong <= 5 {
+		if !tc.quiet && tc.wrong <= 5 {
 			t.Errorf("key %d absent under its own token %v (Loader at %v, %v)", key, tok, n.loader.Position(), n.follower.Stats().State)
 		}
 	}
@@ -396,6 +380,13 @@ func TestTokenOtherHistory(t *testing.T) {
 	}
 	now, _ := r.GetString(0, 0)
 	t.Logf("RESET MASTER took %v; then: follower %v, Loader ready %v, at %v; the binlog at %q", reset.Sub(began).Round(time.Millisecond), st.State, n.loader.Ready(), n.loader.Position(), now)
+	// Until the Loader's lease runs out (the max lag after the last
+	// heartbeat back, sent before the reset returned) it is ready, and a
+	// token of the new history below its position is judged reached: the
+	// package doc says so ("do not RESET MASTER a followed server"). Those
+	// lookups are counted; every one after must be right.
+	window := tokenCheck{quiet: true}
+	windowEnd := reset.Add(DefaultMaxLag + 10*time.Millisecond)
 	var during tokenCheck
 	below := 0 // keys written at positions the follower had passed in the old history
 	for n.follower.Stats().FullReads == reads || !n.loader.Ready() {
@@ -408,9 +399,14 @@ func TestTokenOtherHistory(t *testing.T) {
 		} else if below == 0 {
 			t.Fatalf("the new history's first write is at %v, past the old one's %v: the case needs it below", tok, old)
 		}
-		during.check(t, n, k, tok)
+		if time.Now().Before(windowEnd) {
+			window.check(t, n, k, tok)
+		} else {
+			during.check(t, n, k, tok)
+		}
 	}
 	n.waitCurrent(t)
+	t.Logf("within the max lag after RESET MASTER: %d keys checked under their token, %d absent (the window the package doc owns up to)", window.checked, window.wrong)
 	st = n.follower.Stats()
 	t.Logf("after RESET MASTER, until the follower read the new history (%v): %d keys checked under their token (%d at positions below the follower's in the old history), %d absent (wrong 404s), %d would have read absent without it; the session ended with %v; read because %q",
 		time.Since(reset).Round(time.Millisecond), during.checked, below, during.wrong, during.without, st.LastError, st.ReadReason)

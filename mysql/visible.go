@@ -45,7 +45,6 @@ type holdings[K comparable] struct {
 	held      []K       // deletions applied to no guard yet, in binlog order
 	pending   map[K]int // of held, by key: those no creation has cancelled
 	cancelled map[K]int // of held, by key: those a later creation cancelled
-	after     []heldPos // positions reported once held[:upto] are released (token.go), oldest first
 }
 
 // drop forgets every held deletion: the guard they were held for is
@@ -55,7 +54,6 @@ func (h *holdings[K]) drop() {
 	h.held = h.held[:0]
 	h.pending = make(map[K]int)
 	h.cancelled = make(map[K]int)
-	h.after = h.after[:0]
 }
 
 // hold holds the deletions of a committed transaction.
@@ -158,6 +156,5 @@ func (s *session[K]) release() error {
 	for i := range s.marks {
 		s.marks[i].upto -= n
 	}
-	s.f.releasedHeld(n)
 	return nil
 }
