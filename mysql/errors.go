@@ -18,6 +18,13 @@ var (
 	// utf8mb4 and utf8mb3). The message names the column, its type or
 	// collation, and what to do.
 	ErrKeyType = errors.New("mysql: key column cannot be followed")
+
+	// ErrNoToken is wrapped by the error of [WriteToken] on a server that
+	// cannot give a token a Follower could judge: gtid_strict_mode is
+	// OFF, or the binlog has GTIDs of more than one domain. The message
+	// says what to change. A caller may go on without a token: its
+	// lookups are answered as if it had not written.
+	ErrNoToken = errors.New("mysql: the server gives no write token")
 )
 
 // The reasons a session ends for a full read, not a fault.

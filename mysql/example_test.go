@@ -73,3 +73,28 @@ func ExampleFollower_Tag() {
 		slog.Error("insert", "error", err)
 	}
 }
+
+// ExampleWriteToken takes the token of a write and looks its key up under
+// it, as another replica would: its Loader answers "absent" only once its
+// Follower has applied the write. It needs a server, so it only compiles
+// here.
+func ExampleWriteToken() {
+	ctx := context.Background()
+	var (
+		db     *sql.DB                        // sql.Open("mysql", dsn) with a MySQL driver
+		loader *guarded.Loader[int64, string] // a replica's, kept by a Follower
+	)
+	if _, err := db.ExecContext(ctx, "INSERT INTO users (id, name) VALUES (?, ?)", 42, "Ada"); err != nil {
+		panic(err)
+	}
+	tok, err := mysql.WriteToken(ctx, db) // after the commit; any connection
+	if err != nil {
+		// ErrNoToken: the server cannot give one (gtid_strict_mode OFF, or
+		// several GTID domains); lookups go on without.
+		slog.Warn("no write token", "error", err)
+	}
+	// The client carries tok.String() to its next request (the
+	// middleware's Cuckooguard-Token header); the replica that serves it:
+	name, err := loader.Get(guarded.WithToken(ctx, tok), 42)
+	_, _ = name, err
+}

@@ -73,7 +73,9 @@ type Follower[K comparable] struct {
 	saved        time.Time    // when the file was last written (or tried)
 	durable      positionMark // the position the file has
 	degradedSaid bool
-	tagSaid      bool // a session has logged that it cannot create the tag table
+	tagSaid      bool   // a session has logged that it cannot create the tag table
+	tokStream    string // the stream of the positions reported to the feed (token.go); "" before the first session
+	tokDomain    uint32 // the GTID domain whose positions are reported
 
 	run     atomic.Pointer[string]  // this run's tag (tag.go)
 	formNow atomic.Pointer[keyForm] // form, for Tag

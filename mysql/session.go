@@ -125,6 +125,10 @@ func (f *Follower[K]) follow(ctx context.Context, following *time.Time) error {
 	if err != nil {
 		return err
 	}
+	domain, err := tokenDomain(read)
+	if err != nil {
+		return err
+	}
 	hb, closeHB, err := f.dial(ctx)
 	if err != nil {
 		return err
@@ -155,6 +159,8 @@ func (f *Follower[K]) follow(ctx context.Context, following *time.Time) error {
 		}
 	}
 
+	// The guard holds every change up to where the stream starts.
+	f.startPositions(src.serverID, domain, pos)
 	if afterRead != nil {
 		afterRead()
 	}

@@ -448,6 +448,9 @@ func (s *session[K]) commit(now time.Time, end uint32) error {
 		return err
 	}
 	s.applied(end)
+	if s.txSeen && s.txGTID.domain == f.tokDomain {
+		f.reachAfter(s.txGTID.seq) // lookups under a token up to it wait no longer (token.go)
+	}
 	f.maybeSave(now)
 	return nil
 }
