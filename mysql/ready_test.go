@@ -21,8 +21,7 @@ import (
 // ready must hold every committed key. It is TestMeasureReadyTenMillion's
 // check at a size the suite runs.
 func TestReadyFromSnapshotFile(t *testing.T) {
-	runs := restartFromFile(t, 200_000, 1)
-	t.Logf("ready after %v", runs[0])
+	restartFromFile(t, 200_000, 1)
 }
 
 // TestMeasureReadyTenMillion measures, with CUCKOOGUARD_MEASURE=1, the
@@ -149,9 +148,9 @@ func (r *readyRun) breakdown(t *testing.T, log *logTimes, start time.Time) {
 // checkAll checks, once n is current, that the table holds exactly the
 // ids below next (only inserts ran), that n read none of its rows and
 // started from the snapshot file, and that every one of those ids is in
-// the guard and reads present through the Loader, which is ready
-// throughout; and that ids never committed read absent (the guard is not
-// passing everything).
+// the guard and none reads absent through the Loader, ready before and
+// after the check with no session ended between; and that ids never
+// committed are absent from the guard (it does not hold everything).
 func checkAll(t *testing.T, n *node[int64], next int64) {
 	t.Helper()
 	r, err := n.conn.Execute("SELECT COUNT(*), COALESCE(MIN(id), -1), COALESCE(MAX(id), -1) FROM `" + n.table + "`")
@@ -181,7 +180,9 @@ func checkAll(t *testing.T, n *node[int64], next int64) {
 	}
 	absent, rejected := int64(100_000), 0
 	for id := next; id < next+absent; id++ {
-		if !l.MayContain(id) {
+		// The guard's own answer: the Loader's passes through while its
+		// lease lapses between two heartbeats (under -race, say).
+		if !g.ContainsHash(l.Hash(id)) {
 			rejected++
 		}
 	}
