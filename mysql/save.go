@@ -90,7 +90,9 @@ func (f *Follower[K]) saveOnExit() {
 // rest). Otherwise it leaves the Loader's guard alone, and says in
 // readReason why the session reads the table.
 func (f *Follower[K]) restore(ctx context.Context, src source, col column) {
+	begin := time.Now()
 	h, g, err := readSnapshotFile(f.snapPath, guard.Like(f.feed.Guard()))
+	read := time.Since(begin)
 	fallback := func(why string) {
 		if g != nil {
 			g.Close()
@@ -143,7 +145,8 @@ func (f *Follower[K]) restore(ctx context.Context, src source, col column) {
 	f.durable = p.mark()
 	f.restores.Add(1)
 	f.log.LogAttrs(ctx, slog.LevelInfo, "cuckooguard: follower starts from its snapshot file",
-		slog.String("file", f.snapPath), slog.String("position", p.String()), slog.Int("keys", f.feed.Guard().Len()), slog.Int("held", len(held)))
+		slog.String("file", f.snapPath), slog.String("position", p.String()), slog.Int("keys", f.feed.Guard().Len()), slog.Int("held", len(held)),
+		slog.Duration("read", read), slog.Duration("took", time.Since(begin)))
 }
 
 // positionMark tells two positions apart: the file and the end.
