@@ -83,6 +83,8 @@ func KeyText[K comparable]() func(K) string {
 		return func(k K) string { return any(k).(string) }
 	case int64:
 		return func(k K) string { return strconv.FormatInt(any(k).(int64), 10) }
+	case uint64:
+		return func(k K) string { return strconv.FormatUint(any(k).(uint64), 10) }
 	}
 	return func(k K) string { return fmt.Sprint(k) }
 }

@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strconv"
 	"time"
+
+	"github.com/cuckooguard/cuckooguard/follow"
 )
 
 // Option configures a Follower made by [NewFollower].
@@ -20,7 +21,7 @@ type config struct {
 	logger         *slog.Logger
 	heartbeatTable string
 	tagTable       string
-	keyText        any // func(K) string of the Follower's K; nil: keyTextOf
+	keyText        any // func(K) string of the Follower's K; nil: follow.KeyText
 	snapshotPath   string
 	snapshotEvery  time.Duration
 }
@@ -163,10 +164,10 @@ func WithKeyText[K comparable](text func(K) string) Option {
 }
 
 // keyTextFor returns the key text function of v, which must be a
-// func(K) string or nil (the default, keyTextOf).
+// func(K) string or nil (the default, follow.KeyText).
 func keyTextFor[K comparable](v any) (func(K) string, error) {
 	if v == nil {
-		return keyTextOf[K](), nil
+		return follow.KeyText[K](), nil
 	}
 	text, ok := v.(func(K) string)
 	if !ok || text == nil {
@@ -174,21 +175,6 @@ func keyTextFor[K comparable](v any) (func(K) string, error) {
 		return nil, fmt.Errorf("mysql: WithKeyText needs a func(%T) string, the Follower's key type; got %T", zero, v)
 	}
 	return text, nil
-}
-
-// keyTextOf is the default text of a key: itself for a string, decimal
-// for an integer, fmt's otherwise.
-func keyTextOf[K comparable]() func(K) string {
-	var zero K
-	switch any(zero).(type) {
-	case string:
-		return func(k K) string { return any(k).(string) }
-	case int64:
-		return func(k K) string { return strconv.FormatInt(any(k).(int64), 10) }
-	case uint64:
-		return func(k K) string { return strconv.FormatUint(any(k).(uint64), 10) }
-	}
-	return func(k K) string { return fmt.Sprint(k) }
 }
 
 // randomServerID is the default server id: one of 2^30, far from the
