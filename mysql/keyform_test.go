@@ -65,7 +65,8 @@ func TestFormRefusals(t *testing.T) {
 	for _, c := range []column{
 		{name: "k", dataType: "float", columnType: "float"},
 		{name: "k", dataType: "timestamp", columnType: "timestamp(3)"},
-		{name: "k", dataType: "date", columnType: "date"},
+		{name: "k", dataType: "time", columnType: "time(7)"},
+		{name: "k", dataType: "year", columnType: "year(4)"},
 		{name: "k", dataType: "binary", columnType: "binary(16)"},
 		{name: "k", dataType: "varchar", columnType: "varchar(10)", charset: "latin1", collation: "latin1_swedish_ci"},
 		{name: "k", dataType: "char", columnType: "char(10)", charset: "utf8mb4", collation: "utf8mb4_nopad_bin"},
