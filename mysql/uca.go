@@ -63,11 +63,14 @@ type uca struct {
 	pool []uint16
 	supp []ucaRun // the supplementary characters' weights, in runs from U+10000
 	// unit holds the lowest character of each character's weight
-	// sequence, but for implicit weights (see ucaRun), which implicit
+	// sequence, but for implicit weights (see ucaRun), which char
 	// decodes.
-	unit  map[ucaSeq]rune
-	bases []uint16 // the implicit runs' bases
-	space uint16   // the weight of ' '
+	unit map[ucaSeq]rune
+	// longest[w] is the most weights of a sequence of unit (or of
+	// implicit weights) that begins with w: canon tries no longer ones.
+	longest []uint8
+	bases   []uint16 // the implicit runs' bases
+	space   uint16   // the weight of ' '
 }
 
 // A ref is a weight sequence in pool: offset<<4 | length. refImplicit
@@ -186,6 +189,15 @@ func loadUCA(conn *client.Conn, collation, charset string) (*uca, error) {
 		u.bases = append(u.bases, b)
 	}
 	slices.Sort(u.bases)
+	u.longest = make([]uint8, 0x10000)
+	for s := range u.unit {
+		u.longest[s.w[0]] = max(u.longest[s.w[0]], s.n)
+	}
+	if len(u.bases) > 0 {
+		for w := int(u.bases[0]); w < len(u.longest); w++ {
+			u.longest[w] = max(u.longest[w], 2)
+		}
+	}
 	sp := u.weightsOf(' ', nil)
 	if len(sp) != 1 {
 		return refuse(fmt.Sprintf("weighs the space with %d weights", len(sp)))
@@ -273,7 +285,7 @@ func (u *uca) canon(text string, pad, mb3 bool, col string) (string, error) {
 	step := make([]uint8, n+1)
 	for i := n - 1; i >= 0; i-- {
 		count[i] = -1
-		for l := 1; l <= ucaMax && i+l <= n; l++ {
+		for l := 1; l <= int(u.longest[ws[i]]) && i+l <= n; l++ {
 			if count[i+l] < 0 {
 				continue
 			}
