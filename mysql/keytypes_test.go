@@ -37,6 +37,8 @@ func TestKeyTypes(t *testing.T) {
 		{"unicode_520_ci", "VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_520_ci",
 			[]string{"'Straße'", "'ǅemal'", "'kg 😀'", "CONCAT('e', _utf8mb4 X'CC81')", "'一丁'", "'Æon'"},
 			[]string{"STRASSE", "strasse  ", "STRAßE", "DŽEMAL", "dzemal", "㎏ 😀", "KG \U0001F600", "kg 🙂", "é", "E", "一丁 ", "丁一", "aeon", "AEON", "æon"}},
+		{"enum unicode_ci", "ENUM('Straße','b','ǅ') CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci", []string{"'Straße'", "'b'", "'ǅ'"},
+			[]string{"STRASSE", "strasse ", "B", "b  ", "dž", "DZ", "c"}},
 		{"unicode_ci nopad", "VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_nopad_ci",
 			[]string{"'Straße'", "'x '", "'😀'"},
 			[]string{"STRASSE", "x ", "x", "X ", "🙂", "\U00020000"}},
