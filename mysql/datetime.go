@@ -136,3 +136,77 @@ func datetimeText(t time.Time, prec int) string {
 	}
 	return t.UTC().Format(layout)
 }
+
+// canonDate returns the text a DATE column prints for the value text
+// spells: 'YYYY-MM-DD'. It reads what canonDatetime reads at midnight
+// (the server compares a DATE with a text as a DATETIME: '2024-01-02
+// 00:00:00' finds 2024-01-02, '2024-01-02 10:00:00' does not), and
+// returns an error for a text of another time (which equals no DATE, but
+// the guard leaves that to the store) and for one canonDatetime cannot
+// judge.
+func canonDate(text, col string) (string, error) {
+	if len(text) == len("2006-01-02") && printed(text+" 00:00:00", 0) {
+		return text, nil
+	}
+	dt, err := canonDatetime(text, 0, col)
+	if err != nil {
+		return "", fmt.Errorf("mysql: key %q of %s is not a DATE text the guard can judge: %w", text, col, err)
+	}
+	date, clock, _ := strings.Cut(dt, " ")
+	if clock != "00:00:00" {
+		return "", fmt.Errorf("mysql: key %q of %s is not a DATE text the guard can judge: a time of day other than midnight", text, col)
+	}
+	return date, nil
+}
+
+// maxTimeHours is the most hours a TIME holds: -838:59:59 to 838:59:59.
+const maxTimeHours = 838
+
+// canonTime returns the text a TIME(prec) column prints for the value
+// text spells: '[-]hh:mm:ss', hours of two digits or three, and when
+// prec > 0 a point and exactly prec fraction digits; no sign on zero. It
+// reads '[-]h:m:s[.f]' and '[-]h:m' (minutes, not seconds: '11:12' is
+// 11:12:00), hours of one to three digits, minutes and seconds of one or
+// two, in range. The server reads many more ('D h:m:s', 'hhmmss', 'ss')
+// and reads a text out of range ('00:60:00') as 00:00:00: those return an
+// error, and the lookup goes to the store, as does a text with more than
+// prec fraction digits that are not zeros.
+func canonTime(text string, prec int, col string) (string, error) {
+	bad := func(why string) (string, error) {
+		return "", fmt.Errorf("mysql: key %q of %s is not a TIME(%d) text the guard can judge: %s", text, col, prec, why)
+	}
+	s, neg := strings.CutPrefix(text, "-")
+	hms, frac, point := strings.Cut(s, ".")
+	parts := strings.Split(hms, ":")
+	if len(parts) < 2 || len(parts) > 3 || point && (len(parts) != 3 || frac == "") || !digits(frac) {
+		return bad("not [-]h:m:s[.f] or [-]h:m")
+	}
+	if len(parts[0]) < 1 || len(parts[0]) > 3 || !digits(parts[0]) || !fields(parts[1:]) {
+		return bad("not [-]h:m:s[.f] or [-]h:m")
+	}
+	var f [3]int
+	for i, p := range parts {
+		f[i] = atoi(p)
+	}
+	if f[0] > maxTimeHours || f[1] > 59 || f[2] > 59 {
+		return bad("out of range")
+	}
+	if len(frac) > prec {
+		if strings.Trim(frac[prec:], "0") != "" {
+			return bad(fmt.Sprintf("more than %d fraction digits: the server's = compares them", prec))
+		}
+		frac = frac[:prec]
+	}
+	frac += strings.Repeat("0", prec-len(frac))
+	if f[0] == 0 && f[1] == 0 && f[2] == 0 && strings.Trim(frac, "0") == "" {
+		neg = false // -00:00:00 is 00:00:00
+	}
+	out := fmt.Sprintf("%02d:%02d:%02d", f[0], f[1], f[2])
+	if prec > 0 {
+		out += "." + frac
+	}
+	if neg {
+		out = "-" + out
+	}
+	return out, nil
+}

@@ -176,20 +176,36 @@
 // under a collation that weighs each character alone with one 16-bit
 // weight (utf8mb4_general_ci, the default, and utf8mb4_general_nopad_ci,
 // utf8mb3_general_ci), each character replaced by the lowest character of
-// its weight, without trailing spaces under PAD SPACE. Those weights are
-// read from the server's own WEIGHT_STRING at the start, and the form is
-// checked against the server's = on random texts before it is used. A
-// DATETIME(p) as the server prints it, with exactly p fraction digits,
-// from its own print or from 'Y-M-D[( |T)h:m[:s[.f]]]', 'YYYYMMDD' or
-// 'YYYYMMDDhhmmss[.f]' (other spellings, a zero month or day in another
-// spelling than the print, and more than p fraction digits that are not
-// zeros go to the store). An ENUM as its member's text as defined (the
+// its weight, without trailing spaces under PAD SPACE. Under the UCA
+// collations without a language's tailoring (utf8mb4_unicode_ci,
+// utf8mb4_unicode_520_ci, their _nopad_ kin and utf8mb3 ones), whose
+// characters weigh as none (combining accents), one or several weights
+// ('ß' as 'ss'), the form is built from the text's weight string alone,
+// less the space's trailing weights under PAD SPACE: the fewest
+// characters that weigh as it, each the lowest of its weights ("Straße"
+// is "STRASSE"); the server reads it as the key. Those weights are read
+// from the server's own WEIGHT_STRING at the start (every BMP character;
+// under UCA, every character, a table of about 4 MB per collation), and
+// the form is checked against the server's = on random texts before it
+// is used. A DATETIME(p) as the server prints it, with exactly p fraction
+// digits, from its own print or from 'Y-M-D[( |T)h:m[:s[.f]]]',
+// 'YYYYMMDD' or 'YYYYMMDDhhmmss[.f]' (other spellings, a zero month or
+// day in another spelling than the print, and more than p fraction digits
+// that are not zeros go to the store). A DATE as 'YYYY-MM-DD', from the
+// same spellings at midnight (the server compares a DATE with a text as a
+// DATETIME). A TIME(p) as '[-]hh:mm:ss[.f]' with exactly p fraction
+// digits and no sign on zero, from '[-]h:m:s[.f]' and '[-]h:m' (11:12 is
+// 11:12:00) in range (the server reads '00:60:00' as 00:00:00, so other
+// spellings go to the store). An ENUM as its member's text as defined (the
 // binlog carries its index), from any text the column's collation makes
 // equal to it; the error value, index 0, is the empty text. Any other column is
-// refused with [ErrKeyType], naming the column, its type and the fix: a
-// collation with expansions or ignorable characters (utf8mb4_unicode_ci,
-// language collations), BINARY(n), floating point, TIMESTAMP (a lookup's
-// text means an instant in its session's time_zone), DATE and TIME, SET,
+// refused with [ErrKeyType], naming the column, its type or collation and
+// the fix: the uca1400 collations and the language ones
+// (utf8mb4_german2_ci, utf8mb4_czech_ci, ...), which may join two
+// characters into one weight (contractions: И and U+0306 weigh as Й under
+// utf8mb4_uca1400_ai_ci, 'ch' as one letter under utf8mb4_czech_ci) that
+// the server does not list; BINARY(n), floating point, TIMESTAMP (a
+// lookup's text means an instant in its session's time_zone), YEAR, SET,
 // an ENUM with a member that has a backslash, a '?' or a 4-byte
 // character (information_schema writes one as '?') or that is empty,
 // other character sets.

@@ -20,7 +20,7 @@ type keyForm struct {
 	pad    bool // text: a PAD SPACE collation (trailing spaces are ignored)
 	mb3    bool // text: utf8mb3, which holds no 4-byte character
 	w      *weights
-	prec   int // DATETIME: the fraction digits it prints
+	prec   int // DATETIME, TIME: the fraction digits it prints
 
 	// ENUM: members[i] is the text of index i (the binlog's value), 0
 	// being the error value ''; member maps the text form (as of a text
@@ -37,6 +37,8 @@ const (
 	formBytes
 	formText
 	formDatetime
+	formDate
+	formTime
 	formEnum
 )
 
@@ -64,6 +66,10 @@ func (k *keyForm) canon(text string) (string, error) {
 		return text, nil
 	case formDatetime:
 		return canonDatetime(text, k.prec, k.column)
+	case formDate:
+		return canonDate(text, k.column)
+	case formTime:
+		return canonTime(text, k.prec, k.column)
 	case formEnum:
 		form, err := k.textCanon(text)
 		if err != nil {
@@ -114,7 +120,7 @@ func (k *keyForm) fromRow(v any) (text string, ok bool, err error) {
 		}
 		text = k.intText(v)
 	case time.Time:
-		if k.kind != formDatetime {
+		if k.kind != formDatetime && k.kind != formDate {
 			return "", false, fmt.Errorf("mysql: the binlog gave %s a value of type %T", k.column, v)
 		}
 		text = datetimeText(v, k.prec) // a parser that parses times; ours gives strings
@@ -229,13 +235,18 @@ func formOf(c column, load func(collation string) (*weights, error)) (*keyForm, 
 			}
 			return refuse(why)
 		}
-	case dt == "datetime":
+	case dt == "datetime" || dt == "time":
 		k.kind = formDatetime
-		if p, ok := strings.CutPrefix(c.columnType, "datetime("); ok && len(p) == 2 && p[1] == ')' && p[0] >= '0' && p[0] <= '6' {
-			k.prec = int(p[0] - '0')
-		} else if c.columnType != "datetime" {
-			return refuse("its fraction digits are not DATETIME(0) to DATETIME(6)")
+		if dt == "time" {
+			k.kind = formTime
 		}
+		if p, ok := strings.CutPrefix(c.columnType, dt+"("); ok && len(p) == 2 && p[1] == ')' && p[0] >= '0' && p[0] <= '6' {
+			k.prec = int(p[0] - '0')
+		} else if c.columnType != dt {
+			return refuse(fmt.Sprintf("its fraction digits are not %s(0) to %s(6)", strings.ToUpper(dt), strings.ToUpper(dt)))
+		}
+	case dt == "date":
+		k.kind = formDate
 	case dt == "timestamp":
 		// The binlog carries a TIMESTAMP as seconds since the epoch; the
 		// server reads a lookup's text in that session's time_zone, which
@@ -275,7 +286,7 @@ func formOf(c column, load func(collation string) (*weights, error)) (*keyForm, 
 	case dt == "set":
 		return refuse("SET is not supported: use an ENUM, or a VARCHAR")
 	default:
-		return refuse("this type is not supported yet: use an integer, DECIMAL, VARBINARY, a utf8mb4 VARCHAR, DATETIME or ENUM")
+		return refuse("this type is not supported yet: use an integer, DECIMAL, VARBINARY, a utf8mb4 VARCHAR, DATETIME, DATE, TIME or ENUM")
 	}
 	return k, nil
 }

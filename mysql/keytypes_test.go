@@ -34,6 +34,14 @@ func TestKeyTypes(t *testing.T) {
 			[]string{"x ", "x", "y", "y  "}},
 		{"char general_ci", "CHAR(8) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci", []string{"'Zoë'", "'  a'"},
 			[]string{"ZOE", "zoë  ", "  A", "a"}},
+		{"unicode_520_ci", "VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_520_ci",
+			[]string{"'Straße'", "'ǅemal'", "'kg 😀'", "CONCAT('e', _utf8mb4 X'CC81')", "'一丁'", "'Æon'"},
+			[]string{"STRASSE", "strasse  ", "STRAßE", "DŽEMAL", "dzemal", "㎏ 😀", "KG \U0001F600", "kg 🙂", "é", "E", "一丁 ", "丁一", "aeon", "AEON", "æon"}},
+		{"enum unicode_ci", "ENUM('Straße','b','ǅ') CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci", []string{"'Straße'", "'b'", "'ǅ'"},
+			[]string{"STRASSE", "strasse ", "B", "b  ", "dž", "DZ", "c"}},
+		{"unicode_ci nopad", "VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_nopad_ci",
+			[]string{"'Straße'", "'x '", "'😀'"},
+			[]string{"STRASSE", "x ", "x", "X ", "🙂", "\U00020000"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			table, c := newTable(t, srv, "k "+tc.typ+" NOT NULL PRIMARY KEY, v INT", "")
@@ -75,7 +83,9 @@ func TestKeyTypesRefused(t *testing.T) {
 		{"set", "SET('a','b')", []string{"column k", "set('a','b')", "ENUM"}},
 		{"enum 4-byte", "ENUM('😀','a') CHARACTER SET utf8mb4", []string{"column k", "enum(", "4-byte", "VARCHAR"}},
 		{"enum ''", "ENUM('','a')", []string{"column k", "error value", "rename"}},
-		{"date", "DATE", []string{"column k", "date", "DATETIME"}},
+		{"year", "YEAR", []string{"column k", "year", "DATE"}},
+		{"uca1400", "VARCHAR(8) COLLATE utf8mb4_uca1400_ai_ci", []string{"column k", "utf8mb4_uca1400_ai_ci", "contractions", "utf8mb4_unicode_520_ci"}},
+		{"czech", "VARCHAR(8) COLLATE utf8mb4_czech_ci", []string{"column k", "utf8mb4_czech_ci", "contractions", "utf8mb4_unicode_520_ci"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			table, _ := newTable(t, srv, "k "+tc.typ+" NOT NULL PRIMARY KEY", "")

@@ -71,7 +71,7 @@ func TestSetupRefused(t *testing.T) {
 		{name: "nullable", create: "CREATE TABLE %s (id INT PRIMARY KEY, k VARCHAR(10) NULL UNIQUE) ENGINE=InnoDB", key: "k", want: ErrSetup, says: []string{"NOT NULL"}},
 		{name: "not innodb", create: "CREATE TABLE %s (k VARCHAR(10) NOT NULL PRIMARY KEY) ENGINE=MyISAM", key: "k", want: ErrSetup, says: []string{"InnoDB"}},
 		{name: "no column", create: "CREATE TABLE %s (k VARCHAR(10) NOT NULL PRIMARY KEY) ENGINE=InnoDB", key: "nope", want: ErrSetup, says: []string{"no column nope"}},
-		{name: "unicode_ci", create: "CREATE TABLE %s (k VARCHAR(10) COLLATE utf8mb4_unicode_ci NOT NULL PRIMARY KEY) ENGINE=InnoDB", key: "k", want: ErrKeyType, says: []string{"utf8mb4_unicode_ci", "ALTER", "column k"}},
+		{name: "uca1400_ai_ci", create: "CREATE TABLE %s (k VARCHAR(10) COLLATE utf8mb4_uca1400_ai_ci NOT NULL PRIMARY KEY) ENGINE=InnoDB", key: "k", want: ErrKeyType, says: []string{"utf8mb4_uca1400_ai_ci", "ALTER", "column k"}},
 		{name: "float", create: "CREATE TABLE %s (k DOUBLE NOT NULL PRIMARY KEY) ENGINE=InnoDB", key: "k", want: ErrKeyType, says: []string{"double"}},
 		{name: "binlog_row_image", create: "CREATE TABLE %s (k VARCHAR(10) NOT NULL PRIMARY KEY) ENGINE=InnoDB", key: "k",
 			before: []string{"SET GLOBAL binlog_row_image = 'MINIMAL'"}, after: []string{"SET GLOBAL binlog_row_image = 'FULL'"},

@@ -24,6 +24,10 @@ type weights struct {
 	of        []uint16 // of[r]: the weight of BMP character r
 	first     []rune   // first[w]: the lowest character of weight w
 	supp      uint16   // the weight of every supplementary (4-byte) character
+
+	// uca, when not nil, is the collation's equality instead: a UCA
+	// collation of ucaCollations.
+	uca *uca
 }
 
 // validCollation is a collation name as the server spells them: it goes
@@ -31,7 +35,8 @@ type weights struct {
 var validCollation = regexp.MustCompile(`^[a-z0-9_]+$`)
 
 // loadWeights asks the server for the weight of every BMP character and
-// of a few supplementary ones under collation, and returns an error
+// of a few supplementary ones under collation (for one of ucaCollations,
+// of every character: loadUCA), and returns an error
 // wrapping ErrKeyType for a collation whose weights are not one 16-bit
 // weight per character, or whose supplementary characters do not all
 // weigh the same. It then checks the form against the server's own =
@@ -41,8 +46,7 @@ func loadWeights(conn *client.Conn, collation string) (*weights, error) {
 		return nil, fmt.Errorf("%w: collation %q", ErrKeyType, collation)
 	}
 	refuse := func(why string) (*weights, error) {
-		return nil, fmt.Errorf("%w: collation %s %s; the guard cannot hold its equality: ALTER the column to utf8mb4_general_ci (case- and accent-insensitive) or utf8mb4_bin (as stored)",
-			ErrKeyType, collation, why)
+		return nil, fmt.Errorf("%w: collation %s %s; the guard cannot hold its equality: %s", ErrKeyType, collation, why, collationFix)
 	}
 	if _, err := conn.Execute("SET SESSION max_recursive_iterations = 70000"); err != nil {
 		return nil, fmt.Errorf("mysql: read collation %s: %w", collation, err)
@@ -50,6 +54,16 @@ func loadWeights(conn *client.Conn, collation string) (*weights, error) {
 	charset, _, _ := strings.Cut(collation, "_")
 	if charset != "utf8mb4" && charset != "utf8mb3" {
 		return refuse("is not of utf8mb4 or utf8mb3")
+	}
+	if why := ucaRefusal(collation); why != "" {
+		return refuse(why)
+	}
+	if ucaCollations[collation] {
+		u, err := loadUCA(conn, collation, charset)
+		if err != nil {
+			return nil, err
+		}
+		return &weights{collation: collation, uca: u}, nil
 	}
 	w := &weights{collation: collation, of: make([]uint16, 0x10000), first: make([]rune, 0x10000)}
 	for i := range w.first {
@@ -115,6 +129,9 @@ func loadWeights(conn *client.Conn, collation string) (*weights, error) {
 // weight, less trailing spaces under PAD SPACE (any character that
 // weighs as the space). text is valid UTF-8.
 func (w *weights) canon(text string, pad, mb3 bool, col string) (string, error) {
+	if w.uca != nil {
+		return w.uca.canon(text, pad, mb3, col)
+	}
 	var b strings.Builder
 	b.Grow(len(text))
 	for _, r := range text {
@@ -198,8 +215,8 @@ func (w *weights) verify(conn *client.Conn, charset string) error {
 		ca, _ := w.canon(as[i], pad, false, "")
 		cb, _ := w.canon(bs[i], pad, false, "")
 		if (eq == 1) != (ca == cb) {
-			return fmt.Errorf("%w: collation %s: the server says %q = %q is %v, its weights say %v: the guard cannot hold its equality; ALTER the column to utf8mb4_general_ci or utf8mb4_bin",
-				ErrKeyType, w.collation, as[i], bs[i], eq == 1, ca == cb)
+			return fmt.Errorf("%w: collation %s: the server says %q = %q is %v, its weights say %v: the guard cannot hold its equality; %s",
+				ErrKeyType, w.collation, as[i], bs[i], eq == 1, ca == cb, collationFix)
 		}
 	}
 	return nil
