@@ -235,6 +235,11 @@ func formOf(c column, load func(collation string) (*weights, error)) (*keyForm, 
 			}
 			return refuse(why)
 		}
+	case (dt == "datetime" || dt == "time") && strings.Contains(c.columnType, "mariadb-5.3"):
+		// COLUMN_TYPE reads "time(3) /* mariadb-5.3 */": the column was
+		// made while mysql56_temporal_format was OFF, and the binlog
+		// carries its values in a layout the follower cannot decode.
+		return refuse(fmt.Sprintf("it is stored in MariaDB 5.3's temporal format (%s), whose binlog values the follower cannot decode: SET GLOBAL mysql56_temporal_format = ON, then ALTER TABLE %s FORCE", c.columnType, c.table))
 	case dt == "datetime" || dt == "time":
 		k.kind = formDatetime
 		if dt == "time" {

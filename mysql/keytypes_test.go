@@ -102,3 +102,34 @@ func TestKeyTypesRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestOldTemporalFormatRefused: a DATETIME or TIME key column made while
+// mysql56_temporal_format was OFF (COLUMN_TYPE "time(3) /* mariadb-5.3 */")
+// is refused with the reason and the fix: the binlog carries its values
+// in a layout the follower cannot decode.
+func TestOldTemporalFormatRefused(t *testing.T) {
+	srv := testDSN(t)
+	c := connect(t, srv)
+	r, err := c.Execute("SELECT @@GLOBAL.mysql56_temporal_format")
+	if err != nil {
+		t.Fatal(err)
+	}
+	was, _ := r.GetInt(0, 0)
+	t.Cleanup(func() { exec(t, connect(t, srv), fmt.Sprintf("SET GLOBAL mysql56_temporal_format = %d", was)) })
+	for _, typ := range []string{"TIME(3)", "DATETIME", "DATETIME(3)"} {
+		t.Run(typ, func(t *testing.T) {
+			exec(t, c, "SET GLOBAL mysql56_temporal_format = OFF")
+			table, _ := newTable(t, srv, "k "+typ+" NOT NULL PRIMARY KEY", "")
+			exec(t, c, fmt.Sprintf("SET GLOBAL mysql56_temporal_format = %d", was))
+			err := runOnce(t, srv, table, "k")
+			if !errors.Is(err, ErrKeyType) {
+				t.Fatalf("Run = %v, want ErrKeyType", err)
+			}
+			for _, s := range []string{"column k", "mariadb-5.3", "mysql56_temporal_format = ON", "FORCE"} {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("Run = %v, want it to say %q", err, s)
+				}
+			}
+		})
+	}
+}
