@@ -49,13 +49,13 @@ type Table[K comparable, V any] struct {
 	// Options are more options of the table's Loader.
 	Options []guarded.Option
 
-	loader    *guarded.Loader[K, V]
-	f         *mysql.Follower[K]
-	parse     func(string) (K, error)
-	db        *sql.DB                                  // the Service's, for the writes
-	log       *slog.Logger                             // the Service's
-	mw        atomic.Pointer[middleware.Middleware[K]] // Middleware's, for the Service's collector
-	noToken   atomic.Bool                              // ErrNoToken was logged once
+	loader  *guarded.Loader[K, V]
+	f       *mysql.Follower[K]
+	parse   func(string) (K, error)
+	db      *sql.DB                                  // the Service's, for the writes
+	log     *slog.Logger                             // the Service's
+	mw      atomic.Pointer[middleware.Middleware[K]] // Middleware's, for the Service's collector
+	noToken atomic.Bool                              // ErrNoToken was logged once
 }
 
 // Loader returns the table's Loader, once [Start] made it (nil before).
