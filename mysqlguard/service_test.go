@@ -154,7 +154,8 @@ func readyz(t *testing.T, s *Service) string {
 
 // checkKeys waits for the replicas to be ready and current, then looks up
 // every committed key of both tables on each, e-mails in three forms a
-// client may send: none may read absent. It returns the lookups made.
+// client may send: none may read absent, and every order must be in the
+// guard itself. It returns the lookups made.
 func (e *env) checkKeys(t *testing.T, rs ...*replica) (checked int) {
 	t.Helper()
 	ctx := context.Background()
@@ -164,8 +165,14 @@ func (e *env) checkKeys(t *testing.T, rs ...*replica) (checked int) {
 	for i, r := range rs {
 		for _, id := range ids {
 			checked++
-			if !r.orders.Loader().MayContain(id) {
+			l := r.orders.Loader()
+			if !l.MayContain(id) {
 				t.Errorf("replica %d: order %d, committed, reads absent", i, id)
+			}
+			// The guard's own answer, ready or not: a check that a
+			// replica passing lookups through would not pass.
+			if !l.Guard().ContainsHash(l.Hash(id)) {
+				t.Errorf("replica %d: order %d, committed, is not in the guard", i, id)
 			}
 		}
 		for _, email := range emails {
