@@ -18,19 +18,32 @@ require (
 
 require (
 	connectrpc.com/connect v1.21.1 // indirect
+	filippo.io/edwards25519 v1.1.0 // indirect
+	github.com/go-mysql-org/go-mysql v1.13.0 // indirect
+	github.com/goccy/go-json v0.10.2 // indirect
+	github.com/google/uuid v1.6.0 // indirect
 	github.com/klauspost/compress v1.20.1 // indirect
 	github.com/nats-io/nats.go v1.55.0 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
+	github.com/pingcap/errors v0.11.5-0.20250318082626-8f80e5cb09ec // indirect
+	github.com/pingcap/log v1.1.1-0.20241212030209-7e3ff8601a2a // indirect
+	github.com/pingcap/tidb/pkg/parser v0.0.0-20250421232622-526b2c79173d // indirect
+	github.com/shopspring/decimal v1.2.0 // indirect
+	go.uber.org/atomic v1.11.0 // indirect
+	go.uber.org/multierr v1.11.0 // indirect
+	go.uber.org/zap v1.27.0 // indirect
 	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
 )
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/cuckooguard/cuckooguard/fanout v0.0.0-00010101000000-000000000000
+	github.com/cuckooguard/cuckooguard/mysql v0.0.0-00010101000000-000000000000
 	github.com/cuckooguard/cuckooguard/rpcguard v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgio v1.0.0 // indirect
 	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1 // indirect
@@ -53,3 +66,5 @@ require (
 replace github.com/cuckooguard/cuckooguard/fanout => ../fanout
 
 replace github.com/cuckooguard/cuckooguard/rpcguard => ../rpcguard
+
+replace github.com/cuckooguard/cuckooguard/mysql => ../mysql
