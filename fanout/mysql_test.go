@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -424,4 +425,56 @@ func TestMySQLRelay(t *testing.T) {
 	w.halt()
 	e.check(t, "the end", a, b)
 	t.Logf("writer commits: %d; relay: %+v", w.commits.Load(), relay.Stats().Source)
+}
+
+// TestMeasureMySQLRelayLag measures the lag through the relay: from a
+// commit's return to its key reading present on a relayed follower, at
+// about 500 commits a second. It reports; it asserts nothing of time.
+func TestMeasureMySQLRelayLag(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a measurement")
+	}
+	e := newMyEnv(t)
+	relay, _ := e.startRelay(t)
+	waitLeading(t, relay)
+	n := e.startNode(t, "a")
+	waitCurrent(t, n.id, n.f, n.loader)
+	c := e.conn(t)
+	var lags []time.Duration
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	const commits = 5000
+	began := time.Now()
+	for i := range commits {
+		<-tick.C
+		id := int64(20_000_000 + i)
+		if _, err := c.Execute(fmt.Sprintf("INSERT INTO `%s` VALUES (%d, 'lag')", e.table, id)); err != nil {
+			t.Fatal(err)
+		}
+		done := time.Now()
+		if i%10 != 0 {
+			continue
+		}
+		wg.Go(func() {
+			for !n.loader.MayContain(id) {
+				if time.Since(done) > 10*time.Second {
+					return
+				}
+				time.Sleep(50 * time.Microsecond)
+			}
+			mu.Lock()
+			lags = append(lags, time.Since(done))
+			mu.Unlock()
+		})
+	}
+	rate := float64(commits) / time.Since(began).Seconds()
+	wg.Wait()
+	slices.Sort(lags)
+	if len(lags) == 0 {
+		t.Fatal("no key was ever seen")
+	}
+	t.Logf("lag through the relay at %.0f commits/s (%d sampled): p50 %v, p99 %v, max %v; relay %+v", rate, len(lags),
+		lags[len(lags)/2], lags[len(lags)*99/100], lags[len(lags)-1], relay.Stats().Source)
 }

@@ -48,7 +48,8 @@ func lockName(name string) string {
 func (d *relayed) Lease(ctx context.Context, name string, length, deadline time.Duration) (follow.Lease, error) {
 	cctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
-	c, closeConn, err := dial(cctx, d.srv, deadline)
+	// The lease's connection outlives ctx; deadline bounds its handshake.
+	c, closeConn, err := dial(context.WithoutCancel(cctx), d.srv, deadline)
 	if err != nil {
 		return nil, fmt.Errorf("mysql: relay: connect: %w", err)
 	}

@@ -21,10 +21,14 @@ func (d *relayed) Connect(ctx context.Context, table, key string) (follow.Sessio
 	if t, ok := ctx.Deadline(); ok {
 		deadline = time.Until(t)
 	}
-	c, closeConn, err := dial(ctx, d.srv, deadline)
+	// The connection outlives ctx, which bounds the handshake (the
+	// dialer's deadline) and open.
+	c, closeConn, err := dial(context.WithoutCancel(ctx), d.srv, deadline)
 	if err != nil {
 		return nil, err
 	}
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+	defer stop()
 	s := &relayedSession{d: d, c: c, closeConn: closeConn, table: table, key: key, id: rand.Int64N(1<<62) + 1}
 	if err := s.open(); err != nil {
 		closeConn()

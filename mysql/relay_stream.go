@@ -353,16 +353,20 @@ func (st *relayStream) run(ctx context.Context, read *client.Conn, stream *repli
 			if e.err != nil {
 				return streamError(e.err, gomysql.Position{Name: st.file}, s.serverID)
 			}
-			last = time.Now()
 			st.recv++
 			if err := st.event(e.ev); err != nil {
 				return err
 			}
+			// Time the handler took (publishing a big transaction) is
+			// not the connection's silence.
+			last = time.Now()
 		case covers := <-written:
 			st.probing = false
+			began := time.Now()
 			if err := st.release(ctx, covers); err != nil {
 				return err
 			}
+			last = last.Add(time.Since(began))
 		case <-timer.C:
 		}
 		now := time.Now()
