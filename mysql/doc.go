@@ -210,6 +210,50 @@
 // character (information_schema writes one as '?') or that is empty,
 // other character sets.
 //
+// # Behind a relay
+//
+// [Relayed] returns the database as package fanout relays it: one relay
+// per database (any replica, elected by a lease) reads the binlog once
+// for all its tables and publishes their changes to NATS JetStream, and
+// every replica's fanout.Follower follows the stream instead of the
+// binlog. The relay's Source passes on a transaction that changed a table
+// once a write it began after receiving the transaction has returned (the
+// server sends a transaction to binlog readers before it is visible;
+// MariaDB makes transactions visible in binlog order); it finds each
+// row's key by its column's name in the binlog's table map, never by
+// position; DDL that names a table (ALTER, RENAME, DROP, CREATE,
+// TRUNCATE) and a transaction of more than 2^20 keys make its followers
+// read it again. It saves its place (the binlog file, the offset and the
+// GTID position of the last transaction its broker acknowledged) in
+// cuckooguard_relay, and a relay that restarts or takes over resumes
+// there if the server is the same (server_id), still holds that file at
+// least that long and is not behind that GTID position; otherwise it
+// starts at the binlog's end and its followers read the tables again
+// (binlogs purged past it, RESET MASTER, a restored server). A position
+// is the file's index times 2^32 plus the offset: one that goes back is a
+// database that went back, which the followers read again. The lease is a
+// GET_LOCK on a connection whose wait_timeout is the lease's length; its
+// term is a counter in cuckooguard_relay.
+//
+// The server, besides the Follower's setup: binlog_row_metadata=FULL
+// (SET GLOBAL binlog_row_metadata = 'FULL', and in the server's
+// configuration: a server restarted without it stops the relay with
+// [ErrSetup]). The relay's user: REPLICATION SLAVE on *.*, BINLOG MONITOR
+// (SHOW MASTER STATUS, SHOW BINARY LOGS), SELECT on the tables, and
+// CREATE (once), INSERT, UPDATE and DELETE on cuckooguard_relay and
+// cuckooguard_control. The followers' user: SELECT on the table,
+// INSERT, UPDATE and DELETE on cuckooguard_control; the writers' user:
+// INSERT and DELETE on cuckooguard_tag, for fanout.Follower.Tag (through
+// [ExecIn]: its statement is a compound statement, BEGIN NOT ATOMIC …
+// END, with no parameters). PROCESS, where the relay and its followers
+// all have it, adds InnoDB's table id to a table's identity; otherwise a
+// rename swap within the second of the table's creation is seen only
+// through the binlog's RENAME.
+//
+//	db, err := mysql.Relayed("relay:pw@tcp(db:3306)/shop")
+//	relay, err := fanout.NewRelay(db, "users-api", nc, []follow.Table{{Table: "users", Key: "id"}})
+//	follower, err := fanout.NewFollower(loader, nc, db, "users", "id", parse, fanout.WithRelay("users-api"))
+//
 // # Setup
 //
 // The server: log_bin on, binlog_format=ROW, binlog_row_image=FULL

@@ -41,9 +41,19 @@ var errResync = errors.New("mysql: the Loader asked for a fresh guard")
 // session, and Run, for good. closeConn closes it; call it once, after
 // every use has returned.
 func (f *Follower[K]) dial(ctx context.Context) (c *client.Conn, closeConn func(), err error) {
-	c, err = client.ConnectWithDialer(ctx, "tcp", f.srv.addr(), f.srv.user, f.srv.password, f.srv.db, f.dialer())
+	return dial(ctx, f.srv, f.deadline)
+}
+
+// dialer returns a dialer whose connections must be done with what they
+// are doing within the heartbeat deadline, until their user clears it.
+func (f *Follower[K]) dialer() client.Dialer { return dialer(f.deadline) }
+
+// dial opens a connection to srv as Follower.dial does, whose handshake
+// must be done within deadline.
+func dial(ctx context.Context, srv server, deadline time.Duration) (c *client.Conn, closeConn func(), err error) {
+	c, err = client.ConnectWithDialer(ctx, "tcp", srv.addr(), srv.user, srv.password, srv.db, dialer(deadline))
 	if err != nil {
-		return nil, nil, fmt.Errorf("mysql: connect to %s as %s: %w", f.srv.addr(), f.srv.user, privilege(err))
+		return nil, nil, fmt.Errorf("mysql: connect to %s as %s: %w", srv.addr(), srv.user, privilege(err))
 	}
 	_ = c.SetDeadline(time.Time{})
 	// A deadline, not Close: Close writes to the connection, which may be
@@ -53,13 +63,13 @@ func (f *Follower[K]) dial(ctx context.Context) (c *client.Conn, closeConn func(
 }
 
 // dialer returns a dialer whose connections must be done with what they
-// are doing within the heartbeat deadline, until their user clears it.
-func (f *Follower[K]) dialer() client.Dialer {
-	d := &net.Dialer{Timeout: f.deadline}
+// are doing within deadline, until their user clears it.
+func dialer(deadline time.Duration) client.Dialer {
+	d := &net.Dialer{Timeout: deadline}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		nc, err := d.DialContext(ctx, network, addr)
 		if err == nil {
-			_ = nc.SetDeadline(time.Now().Add(f.deadline))
+			_ = nc.SetDeadline(time.Now().Add(deadline))
 		}
 		return nc, err
 	}
@@ -251,12 +261,26 @@ func (f *Follower[K]) resumable(ctx context.Context, src source, col column) *re
 }
 
 // readAll reads every key of the table in a consistent snapshot into add,
-// and returns the binlog position (and GTID) the snapshot corresponds to:
-// the read sees exactly the transactions the binlog holds before it.
+// and returns the binlog position (and GTID) the snapshot corresponds to
+// (readSnapshot).
+func (f *Follower[K]) readAll(read *client.Conn, col column, add func(K) error) (at gomysql.Position, gtid string, keys int64, err error) {
+	return readSnapshot(read, f.srv.db, f.table, f.key, col, f.form, func(text string) error {
+		k, err := f.parse(text)
+		if err != nil {
+			return fmt.Errorf("mysql: parse key %q of %s: %w", text, f.key, err)
+		}
+		return add(k)
+	})
+}
+
+// readSnapshot reads every key of db.table's column key (described as
+// col) in a consistent snapshot, in form's one text, into add, and
+// returns the binlog position (and GTID) the snapshot corresponds to: the
+// read sees exactly the transactions the binlog holds before it.
 // The position comes from the snapshot's own transaction
 // (binlog_snapshot_file and _position): SHOW MASTER STATUS read after it
 // names a later position, and the stream would skip the commits between.
-func (f *Follower[K]) readAll(read *client.Conn, col column, add func(K) error) (at gomysql.Position, gtid string, keys int64, err error) {
+func readSnapshot(read *client.Conn, db, table, key string, col column, form *keyForm, add func(text string) error) (at gomysql.Position, gtid string, keys int64, err error) {
 	for _, q := range []string{"SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ", "START TRANSACTION WITH CONSISTENT SNAPSHOT"} {
 		if _, err := read.Execute(q); err != nil {
 			return at, "", 0, fmt.Errorf("mysql: read the table: %s: %w", q, err)
@@ -289,20 +313,16 @@ func (f *Follower[K]) readAll(read *client.Conn, col column, add func(K) error) 
 	}
 	var res gomysql.Result
 	defer res.Close()
-	err = read.ExecuteSelectStreaming("SELECT `"+f.key+"` FROM `"+f.table+"`", &res, func(row []gomysql.FieldValue) error {
+	err = read.ExecuteSelectStreaming("SELECT `"+key+"` FROM `"+table+"`", &res, func(row []gomysql.FieldValue) error {
 		if row[0].Type == gomysql.FieldValueTypeNull {
 			return nil
 		}
-		text, err := f.form.canon(fieldText(&row[0]))
+		text, err := form.canon(fieldText(&row[0]))
 		if err != nil {
 			return err
 		}
-		k, err := f.parse(text)
-		if err != nil {
-			return fmt.Errorf("mysql: parse key %q of %s: %w", text, f.key, err)
-		}
 		keys++
-		return add(k)
+		return add(text)
 	}, nil)
 	if err != nil {
 		return at, "", 0, fmt.Errorf("mysql: read the table: %w", privilege(err))
@@ -311,7 +331,7 @@ func (f *Follower[K]) readAll(read *client.Conn, col column, add func(K) error) 
 	// position, so that a DDL statement after it is in the stream (and
 	// ends the session), and one before it shows as a difference from
 	// what the session began with.
-	now, err := describe(read, f.srv.db, f.table, f.key)
+	now, err := describe(read, db, table, key)
 	if err != nil {
 		return at, "", 0, err
 	}
