@@ -54,7 +54,7 @@ func (f *Follower[K]) useForm(read *client.Conn, col column) error {
 		return err
 	}
 	f.form, f.formCol = form, col
-	f.formNow.Store(form)
+	f.tags.SetForm(relayForm{form, col})
 	f.feed.SetKeyRule(func(k K) (K, error) {
 		text, err := form.canon(f.text(k))
 		if err != nil {

@@ -186,7 +186,7 @@ func TestDatetimeKeys(t *testing.T) {
 					wrong++
 					t.Errorf("lookup %q: the server finds %q, the guard says absent", s, found)
 				}
-				got, err := n.follower.formNow.Load().canon(s)
+				got, err := n.follower.keyFormNow().canon(s)
 				switch {
 				case err != nil:
 					refused++
@@ -422,7 +422,7 @@ func TestDateKeys(t *testing.T) {
 			for range 2000 {
 				base := keys[rnd.IntN(len(keys))]
 				if rnd.IntN(3) == 0 {
-					if b, err := n.follower.formNow.Load().canon(kd.value(rnd)); err == nil {
+					if b, err := n.follower.keyFormNow().canon(kd.value(rnd)); err == nil {
 						base = b
 					}
 				}
@@ -443,7 +443,7 @@ func TestDateKeys(t *testing.T) {
 					wrong++
 					t.Errorf("lookup %q: the server finds %q, the guard says absent", s, found)
 				}
-				got, err := n.follower.formNow.Load().canon(s)
+				got, err := n.follower.keyFormNow().canon(s)
 				switch {
 				case err != nil:
 					refused++

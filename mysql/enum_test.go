@@ -91,7 +91,7 @@ func TestEnumKeys(t *testing.T) {
 			if checked, wrong := n.wrong404s(t, parseString); wrong != 0 || checked != len(keys) {
 				t.Fatalf("%d wrong 404s of %d keys as the server gives them, want 0 of %d", wrong, checked, len(keys))
 			}
-			form := n.follower.formNow.Load()
+			form := n.follower.keyFormNow()
 			if !slices.Equal(form.members[1:], append(members[:len(members)-1:len(members)-1], "tr")) {
 				t.Fatalf("members %q, want %q (the server drops a member's trailing spaces)", form.members[1:], members)
 			}

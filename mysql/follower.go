@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"regexp"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,8 +78,7 @@ type Follower[K comparable] struct {
 	tokStream    string // the stream of the positions reported to the feed (token.go); "" before the first session
 	tokDomain    uint32 // the GTID domain whose positions are reported
 
-	run     atomic.Pointer[string]  // this run's tag (tag.go)
-	formNow atomic.Pointer[keyForm] // form, for Tag
+	tags *follow.Tagger[K] // this run's tags, and the key column's form for Key and Tag (tag.go)
 
 	state     atomic.Int32
 	readyTill mono.Deadline // until when Following holds
@@ -161,7 +161,12 @@ func NewFollower[K comparable](loader Target[K], dsn, table, keyColumn string, p
 		readReason: "the first session",
 		snapPath:   c.snapshotPath, snapEvery: c.snapshotEvery}
 	f.holds.drop()
-	f.newRun()
+	if f.tags, err = follow.NewTagger(strconv.FormatUint(uint64(id), 10), parse, text); err != nil {
+		return nil, err
+	}
+	// Key reads the column's form through a connection of its own until
+	// a session has read it (useForm).
+	f.tags.SetColumn(keyColumnOf(srv, table, keyColumn, f.deadline))
 	return f, nil
 }
 

@@ -139,15 +139,20 @@ type keyColumn struct {
 
 func (k *keyColumn) Composite() bool { return false }
 
+// readFormTimeout bounds the queries that read a key column's form through
+// a connection of their own, beyond the deadline of connecting: a
+// collation's weights are 64Ki rows (UCA's, all of Unicode's).
+const readFormTimeout = 10 * time.Second
+
 func (k *keyColumn) Read() (follow.KeyForm, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), k.deadline)
+	ctx, cancel := context.WithTimeout(context.Background(), k.deadline+readFormTimeout)
 	defer cancel()
 	c, closeConn, err := dial(ctx, k.d.srv, k.deadline)
 	if err != nil {
 		return nil, err
 	}
 	defer closeConn()
-	_ = c.SetDeadline(time.Now().Add(k.deadline))
+	_ = c.SetDeadline(time.Now().Add(k.deadline + readFormTimeout))
 	col, form, err := k.d.column(c, k.table, k.key)
 	if err != nil {
 		return nil, err
@@ -201,3 +206,9 @@ func missingTable(err error) bool {
 // sourceRoute is the route of the heartbeats of the Source of relay name:
 // what its control rows say, and what it passes on to no one.
 func sourceRoute(name string) string { return "cuckooguard source " + name }
+
+// keyColumnOf returns where a follower of table, on the server srv, reads
+// its key column's form through connections of its own.
+func keyColumnOf(srv server, table, key string, deadline time.Duration) follow.KeyColumn {
+	return &keyColumn{d: &relayed{srv: srv, weights: make(map[string]*weights)}, table: table, key: key, deadline: deadline}
+}

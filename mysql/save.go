@@ -137,7 +137,7 @@ func (f *Follower[K]) restore(ctx context.Context, src source, col column) {
 	// them (and held the later ones back), so a new run tells them apart;
 	// an Insert that starts between Replace and here gets one extra copy
 	// (applied, and added), never none.
-	f.newRun()
+	f.tags.NewRun()
 	p := h.at
 	f.resume = &p
 	f.holds.drop()

@@ -80,10 +80,7 @@ func (f *Follower[K]) Tag(ctx context.Context, tx Tx, keys ...K) error {
 // run each in the transaction that creates the keys. It returns an error
 // for no keys, or a key that does not read back as itself.
 func (f *Follower[K]) TagStatements(keys ...K) ([]Statement, error) {
-	if len(keys) == 0 {
-		return nil, errors.New("mysql: Tag: no keys: name the keys the transaction creates through the Loader")
-	}
-	content, err := f.tagContent(*f.run.Load(), keys)
+	content, err := f.tags.Content("mysql: Tag", keys...)
 	if err != nil {
 		return nil, err
 	}
@@ -94,31 +91,6 @@ func (f *Follower[K]) TagStatements(keys ...K) ([]Statement, error) {
 	}, nil
 }
 
-// tagContent returns what a tag of keys by run says.
-func (f *Follower[K]) tagContent(run string, keys []K) ([]byte, error) {
-	form := f.formNow.Load()
-	var b []byte
-	for _, k := range keys {
-		text := f.text(k)
-		if form != nil {
-			if c, err := form.canon(text); err != nil || c != text {
-				if err == nil {
-					err = fmt.Errorf("its one text is %q", c)
-				}
-				return nil, fmt.Errorf("mysql: Tag: key %v is not in the form the binlog gives its column (%v): the Loader would hold a text no lookup asks for; give the Loader the column's one text", k, err)
-			}
-		}
-		if back, err := f.parse(text); err != nil || back != k {
-			if err == nil {
-				err = fmt.Errorf("it parses as %v", back)
-			}
-			return nil, fmt.Errorf("mysql: Tag: key %v does not read back from its text %q (%v): the Follower could not tell its insert from another key's; set WithKeyText", k, text, err)
-		}
-		b = tagrec.Append(b, run, text)
-	}
-	return b, nil
-}
-
 // own returns the keys that the tags of one transaction name for this
 // run, with how many times each, or nil if none does. Tags of other runs,
 // and tags it cannot read, name none.
@@ -126,14 +98,26 @@ func (f *Follower[K]) own(tags []string) map[K]int {
 	if len(tags) == 0 {
 		return nil
 	}
-	return tagrec.Own(*f.run.Load(), tags, f.parse)
+	return tagrec.Own(f.tags.Run(), tags, f.parse)
 }
 
-// newRun starts another run: tags written from now on are told apart from
-// the earlier ones, whose inserts the Follower applies rather than skips.
-// A guard restored from the snapshot file lacks the keys that this
-// process's Loader added to the guard it replaced.
-func (f *Follower[K]) newRun() {
-	run := fmt.Sprintf("%d %x", f.serverID, rand.Uint64())
-	f.run.Store(&run)
+// Key returns the key that the Loader's guard holds for text, a key of
+// the followed column written in any form the server reads as it: parse
+// of the column's one text for it (the package doc's "Key equality":
+// "alice@example.com" for "Alice@Example.com " under utf8mb4_general_ci,
+// "1.5" for the DECIMAL 1.50). Give the Loader's Insert the keys it
+// returns, and Tag them: the guard holds each key in that one form. For a
+// text the form cannot judge it returns an error (the lookup then goes to
+// the store). Before a session has read the column, it reads the column
+// through a connection of its own, and returns an error wrapping
+// [follow.ErrKeyUnknown] while the server does not answer.
+func (f *Follower[K]) Key(text string) (K, error) { return f.tags.Key(text) }
+
+// keyFormNow returns the key column's form as the last session read it,
+// or nil.
+func (f *Follower[K]) keyFormNow() *keyForm {
+	if r, ok := f.tags.Form().(relayForm); ok {
+		return r.k
+	}
+	return nil
 }

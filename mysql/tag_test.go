@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cuckooguard/cuckooguard/guard"
+	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/go-mysql-org/go-mysql/client"
 )
 
@@ -192,5 +194,39 @@ func TestOwnInsertsUnderChurn(t *testing.T) {
 	}
 	if st.Skipped == 0 {
 		t.Fatal("no own insert was skipped")
+	}
+}
+
+// TestKey: Follower.Key gives the column's one text, before the first
+// session (through a connection of its own) and after it; a text the form
+// cannot judge is an error.
+func TestKey(t *testing.T) {
+	srv := testDSN(t)
+	table, _ := newTable(t, srv, "k VARCHAR(40) NOT NULL PRIMARY KEY", "")
+	g, err := guard.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := guarded.New(g, guarded.GetterFunc[string, struct{}](func(context.Context, string) (struct{}, error) { return struct{}{}, nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	f, err := NewFollower(l, dsnOf(srv), table, "k", parseString)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, err := f.Key("alice  "); err != nil || k != "ALICE" {
+		t.Fatalf("Key(\"alice  \") before any session = %q, %v; want ALICE", k, err)
+	}
+	n := startNode(t, srv, table, "k", parseString)
+	n.waitCurrent(t)
+	for text, want := range map[string]string{"Alice": "ALICE", "alice ": "ALICE", "ALICE": "ALICE", "bob": "BOB"} {
+		if k, err := n.follower.Key(text); err != nil || k != want {
+			t.Errorf("Key(%q) = %q, %v; want %q", text, k, err, want)
+		}
+	}
+	if _, err := n.follower.Key("\xff"); err == nil {
+		t.Error("Key of a text that is not UTF-8: no error")
 	}
 }

@@ -61,17 +61,18 @@ type Table[K comparable, V any] struct {
 // Loader returns the table's Loader, once [Start] made it (nil before).
 func (t *Table[K, V]) Loader() *guarded.Loader[K, V] { return t.loader }
 
-// Key returns the key of text, for a lookup: text parsed (Parse). The
-// Loader reads the key in any form the column's collation makes equal to
-// it (the follower installs the column's rule in it), so Key need not
-// make it canonical. Use it on what clients send (middleware.Parse(from,
-// table.Key)); an error means the text is no key of the column.
+// Key returns the key that the table's guard holds for text, a key of
+// the column in any form the server reads as it (mysql.Follower.Key: the
+// column's one text, parsed with Parse): "ALICE@EXAMPLE.COM" for
+// "alice@example.com " under utf8mb4_general_ci. Use it on what clients
+// send (middleware.Parse(from, table.Key)); an error means the guard
+// cannot judge the text (the lookup then goes to the store).
 func (t *Table[K, V]) Key(text string) (K, error) {
-	if t.parse == nil {
+	if t.f == nil {
 		var zero K
 		return zero, errors.New("mysqlguard: Table.Key before Start")
 	}
-	return t.parse(text)
+	return t.f.Key(text)
 }
 
 // Tag names, in transaction tx, the keys it creates through the table's

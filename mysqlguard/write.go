@@ -22,13 +22,13 @@ import (
 // ([guarded.Wrote]), so that a handler behind the table's Middleware
 // sends it with its response without passing it on.
 //
-// A string key is tagged in the column's one text only (for a
-// utf8mb4_general_ci column, the follower's form, see the mysql package
-// doc's "Key equality"); a key in another text the column reads as it
-// ("Alice@Example.com" for "alice@example.com") is written untagged, and
-// the follower adds it a second time: an extra copy in this replica's
-// guard, which after the row's delete reads present until the next read
-// of the table (a false positive), never a missing key.
+// A string key is tagged in the column's one text (Table.Key: for a
+// utf8mb4_general_ci column "ALICE@EXAMPLE.COM" for "Alice@Example.com"),
+// the text the Loader adds it in. One whose text the column's form cannot
+// judge is written untagged, and the follower adds it a second time: an
+// extra copy in this replica's guard, which after the row's delete reads
+// present until the next read of the table (a false positive), never a
+// missing key.
 //
 // The token is zero, and the error nil, if the commit succeeded and the
 // server gives no token (mysql.ErrNoToken: gtid_strict_mode is OFF, or the
@@ -134,11 +134,17 @@ func (t *Table[K, V]) inTx(ctx context.Context, fn func(tx *sql.Tx) error) (err 
 	return tx.Commit()
 }
 
-// tag tags key in tx as this replica's own. A string key that is not in
-// the column's one text (the only way Tag can refuse a string key: its
-// text parses back as itself) is left untagged: an extra copy, never a
-// missing key (see Insert).
+// tag tags key in tx as this replica's own, in the column's one text. A
+// string key whose text the form cannot judge is left untagged: an extra
+// copy, never a missing key (see Insert).
 func (t *Table[K, V]) tag(ctx context.Context, tx *sql.Tx, key K) error {
+	if text, ok := any(key).(string); ok {
+		// The Loader added the key in the column's one text (its key
+		// rule): the tag names that text.
+		if k, err := t.f.Key(text); err == nil {
+			key = k
+		}
+	}
 	stmts, err := t.f.TagStatements(key)
 	if err != nil {
 		if _, ok := any(key).(string); ok {
