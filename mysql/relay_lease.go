@@ -71,23 +71,19 @@ func (d *relayed) Lease(ctx context.Context, name string, length, deadline time.
 		return nil, nil
 	}
 	l.renewed.Store(sent.UnixNano())
-	_ = c.SetDeadline(time.Time{})
-	if l.term, err = d.takeTerm(cctx, name, deadline); err != nil {
+	// The term on the lock's own connection: if it died after GET_LOCK,
+	// another relay may hold the lock now, and must have the larger term.
+	if l.term, err = d.takeTerm(c, name); err != nil {
 		l.Release()
 		return nil, err
 	}
+	_ = c.SetDeadline(time.Time{})
 	return l, nil
 }
 
-// takeTerm increments the term of relay name, on a connection of its own,
-// and returns it.
-func (d *relayed) takeTerm(ctx context.Context, name string, deadline time.Duration) (uint64, error) {
-	c, closeConn, err := dial(ctx, d.srv, deadline)
-	if err != nil {
-		return 0, fmt.Errorf("mysql: relay: connect: %w", err)
-	}
-	defer closeConn()
-	_ = c.SetDeadline(time.Now().Add(deadline))
+// takeTerm increments the term of relay name through c, the connection
+// that holds its lock, and returns it.
+func (d *relayed) takeTerm(c *client.Conn, name string) (uint64, error) {
 	if err := ensureTable(c, d.srv.db, relayTable, relayColumns); err != nil {
 		return 0, err
 	}

@@ -54,6 +54,11 @@ type relaySource struct {
 	waits    atomic.Int64 // commits held until a probe returned
 	lastErr  atomic.Pointer[error]
 	recheck  atomic.Bool // send a heartbeat now (Recheck)
+
+	// unreadable is the saved place whose stream failed before its first
+	// event (error 1236: purged, or not at an event of this history);
+	// startPoint does not start there again. Run's goroutine only.
+	unreadable string
 }
 
 var _ follow.Source = (*relaySource)(nil)

@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -79,7 +80,15 @@ func (s *relaySource) session(ctx context.Context, h follow.Handler) (streamed t
 	if st.gtid, err = parseGTIDPos(gtidText); err != nil {
 		return 0, err
 	}
-	st.file = at.Name
+	st.file, st.at = at.Name, at
+	fromSaved := !start.Reset
+	defer func() {
+		// A saved place whose stream fails before its first event is not
+		// one of this binlog's: the next session starts at its end.
+		if fromSaved && st.recv == 0 && readFailed(err) {
+			s.unreadable = placeText(at)
+		}
+	}()
 	hb, closeHB, err := dial(ctx, s.d.srv, s.deadline)
 	if err != nil {
 		return 0, err
@@ -193,8 +202,12 @@ func (s *relaySource) startPoint(ctx context.Context, c *client.Conn, start *fol
 		case file == "" || pos == 0:
 		case perr != nil || !validFile.MatchString(file):
 			why = fmt.Sprintf("its saved place %s:%d gtid %q is unreadable", file, pos, gtidText)
+		case placeText(gomysql.Position{Name: file, Pos: uint32(pos)}) == s.unreadable:
+			why = fmt.Sprintf("the binlog cannot be read from its saved place %s:%d (error 1236: purged, or not at an event of this history)", file, pos)
 		default:
-			why = p.refuse(src, column{})
+			if why = p.refuse(src, column{}); why == "" {
+				why = sameHistory(c, file, uint32(pos), saved)
+			}
 		}
 		if file != "" && pos != 0 && why == "" {
 			if start.Pos, err = encodePos(file, uint32(pos)); err != nil {
@@ -214,6 +227,37 @@ func (s *relaySource) startPoint(ctx context.Context, c *client.Conn, start *fol
 	return end, gtidText, nil
 }
 
+// sameHistory returns why the binlog at file:pos is not the place saved
+// with the GTID position saved, "" if it is: the server's own GTID
+// position at that place (BINLOG_GTID_POS) must be the saved one exactly.
+// A binlog reset (RESET MASTER) or a copy of another server's data with
+// the same server id can hold the file, at that length, with a GTID
+// position not behind the saved one; the GTID position at the very place
+// tells the histories apart unless the other one has the same
+// transactions' GTIDs ending at the same offset.
+func sameHistory(c *client.Conn, file string, pos uint32, saved gtidPos) string {
+	r, err := c.Execute(fmt.Sprintf("SELECT BINLOG_GTID_POS('%s', %d)", file, pos))
+	if err != nil {
+		return fmt.Sprintf("the GTID position at its saved place %s:%d cannot be read: %v", file, pos, err)
+	}
+	text, _ := r.GetString(0, 0)
+	at, err := parseGTIDPos(text)
+	if err != nil || at.String() != saved.String() {
+		return fmt.Sprintf("the binlog's GTID position at its saved place %s:%d is %q, the saved one %q: another history (RESET MASTER, or another server's data)", file, pos, text, saved)
+	}
+	return ""
+}
+
+// placeText names a place in the binlog.
+func placeText(p gomysql.Position) string { return fmt.Sprintf("%s:%d", p.Name, p.Pos) }
+
+// readFailed reports whether err is the server's refusal to stream the
+// binlog from a place (error 1236).
+func readFailed(err error) bool {
+	var me *gomysql.MyError
+	return errors.As(err, &me) && me.Code == gomysql.ER_MASTER_FATAL_ERROR_READING_BINLOG
+}
+
 // relayStream is what a Source's session knows of its stream.
 type relayStream struct {
 	s          *relaySource
@@ -227,8 +271,9 @@ type relayStream struct {
 	token      string // of this session's heartbeats
 	file       string // the binlog file the stream is in
 	gtid       gtidPos
-	serverID   uint32       // the server's @@server_id, which the saved place names
-	readConn   *client.Conn // the session's connection for reads, idle while it streams
+	serverID   uint32           // the server's @@server_id, which the saved place names
+	at         gomysql.Position // where the stream started
+	readConn   *client.Conn     // the session's connection for reads, idle while it streams
 	runCtx     context.Context
 
 	// The open transaction.
@@ -351,7 +396,7 @@ func (st *relayStream) run(ctx context.Context, read *client.Conn, stream *repli
 			return context.Cause(loop)
 		case e := <-events:
 			if e.err != nil {
-				return streamError(e.err, gomysql.Position{Name: st.file}, s.serverID)
+				return streamError(e.err, st.at, s.serverID)
 			}
 			st.recv++
 			if err := st.event(e.ev); err != nil {
@@ -402,11 +447,18 @@ func (st *relayStream) run(ctx context.Context, read *client.Conn, stream *repli
 // savable returns the place the Source may save: what the handler
 // confirmed, or, once it confirmed every commit passed to it, the
 // position before which nothing waits; and the GTID position there.
+//
+// It reads free, then need, then acked: the stream's goroutine moves need
+// to a commit before it moves free past it, so a free that is past a
+// commit comes with a need at that commit or later, which acked must have
+// reached before free counts.
 func (st *relayStream) savable() (uint64, string, bool) {
+	free := st.free.Load()
+	need := st.need.Load()
 	acked := st.s.acked.Load()
 	pos := acked
-	if acked >= st.need.Load() {
-		pos = max(acked, st.free.Load())
+	if acked >= need {
+		pos = max(acked, free)
 	}
 	return st.places.at(pos)
 }
@@ -467,10 +519,13 @@ func (st *relayStream) query(q string, end uint32) error {
 		}
 		return nil
 	}
-	drop := strings.HasPrefix(upper, "DROP DATABASE") || strings.HasPrefix(upper, "DROP SCHEMA")
+	// A write in statement format (a session's binlog_format other than
+	// ROW) may change a table it does not name (through a view, a
+	// trigger, a procedure): every table's followers read it again.
+	every := strings.HasPrefix(upper, "DROP DATABASE") || strings.HasPrefix(upper, "DROP SCHEMA") || statementWrite(upper)
 	var named []int
 	for name, i := range st.byName {
-		if drop || nameIn(q, name) {
+		if every || nameIn(q, name) {
 			named = append(named, i)
 		}
 	}
@@ -501,6 +556,18 @@ func (st *relayStream) query(q string, end uint32) error {
 		st.endAfter = pos
 	}
 	return nil
+}
+
+// statementWrite reports whether upper, a statement the binlog carries as
+// text, in upper case, writes rows: in ROW format the server logs rows,
+// so this is a session that logs its writes as statements.
+func statementWrite(upper string) bool {
+	for _, w := range []string{"INSERT", "UPDATE", "DELETE", "REPLACE", "LOAD", "CALL", "WITH", "DO ", "EXECUTE", "HANDLER"} {
+		if strings.HasPrefix(upper, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // nameIn reports whether statement q names table (as a word).
@@ -565,7 +632,11 @@ func (st *relayStream) rows(t replication.EventType, e *replication.RowsEvent) e
 		return nil
 	}
 	key := func(row []any) (string, bool) {
-		if k >= len(row) {
+		if k >= len(row) || row[k] == nil {
+			// The key column is NOT NULL (followable): nil is a row image
+			// without it, which a session's binlog_row_image other than
+			// FULL writes. What the row's key is, is not in the binlog:
+			// the followers read the table.
 			ch.Incomplete = true
 			return "", false
 		}

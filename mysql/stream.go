@@ -251,11 +251,17 @@ func (s *session[K]) query(q string, now time.Time, end uint32) error {
 		}
 		return nil
 	case strings.Contains(strings.ToLower(q), strings.ToLower(s.col.table)),
-		strings.HasPrefix(upper, "DROP DATABASE"), strings.HasPrefix(upper, "DROP SCHEMA"):
+		strings.HasPrefix(upper, "DROP DATABASE"), strings.HasPrefix(upper, "DROP SCHEMA"),
+		// A write in statement format may change the table without naming
+		// it (through a view, a trigger, a procedure).
+		statementWrite(upper):
 		// DDL on the table (ALTER, RENAME, DROP, CREATE, TRUNCATE), or a
 		// write in statement format: its rows are not in the binlog.
 		// Read the table again. (A statement that only names the table
 		// in passing costs a read, never a key.)
+		if statementWrite(upper) {
+			return fmt.Errorf("%w: a write logged as a statement (a session's binlog_format is not ROW): %.80s", errTableChanged, q)
+		}
 		return fmt.Errorf("%w: %.80s", errTableChanged, q)
 	}
 	return nil
@@ -285,8 +291,14 @@ func (s *session[K]) rows(t replication.EventType, e *replication.RowsEvent) err
 			return zero, false, fmt.Errorf("mysql: a row of %d columns has no key column %d", len(row), s.col.ordinal)
 		}
 		text, ok, err := s.f.form.fromRow(row[s.col.ordinal])
-		if err != nil || !ok {
+		if err != nil {
 			return zero, false, err
+		}
+		if !ok {
+			// The key column is NOT NULL (followable): nil is a row image
+			// without it, which a session's binlog_row_image other than
+			// FULL writes. Its key is not in the binlog: read the table.
+			return zero, false, fmt.Errorf("%w: a row image of the table without its key column (a session's binlog_row_image is not FULL)", errTableChanged)
 		}
 		k, err := s.f.parse(text)
 		if err != nil {
