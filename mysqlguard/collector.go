@@ -1,13 +1,20 @@
 package mysqlguard
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cuckooguard/cuckooguard/metrics/fanoutmetrics"
+)
 
 // Describe and Collect make the Service one prometheus.Collector of
 // everything it runs: each table's Loader and guard (metrics'
 // cuckooguard_loader_* and cuckooguard_guard_*), its Middleware
 // (cuckooguard_http_*) and its follower (mysqlmetrics'
-// cuckooguard_follower_* and cuckooguard_mysql_*), labelled
-// table="<name>". Register it once: prometheus.MustRegister(svc). A
+// cuckooguard_follower_* and cuckooguard_mysql_*, or through NATS
+// fanoutmetrics' cuckooguard_follower_* and cuckooguard_fanout_*),
+// labelled table="<name>", and through NATS the relay
+// (cuckooguard_fanout_relay_*). Register it once:
+// prometheus.MustRegister(svc). A
 // registry that holds it cannot hold a pgguard.Service too (their
 // followers' metrics share names with other help texts; see
 // mysqlmetrics): give each its own registry.
@@ -31,6 +38,9 @@ func (s *Service) collectors() []prometheus.Collector {
 	s.collectOnce.Do(func() {
 		for _, m := range s.members {
 			s.parts = append(s.parts, m.collectors...)
+		}
+		if s.relay != nil {
+			s.parts = append(s.parts, fanoutmetrics.NewRelayCollector(s.relay))
 		}
 	})
 	return s.parts

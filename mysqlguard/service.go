@@ -11,11 +11,16 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cuckooguard/cuckooguard/fanout"
+	"github.com/cuckooguard/cuckooguard/follow"
 	"github.com/cuckooguard/cuckooguard/guard"
 	"github.com/cuckooguard/cuckooguard/guarded"
+	"github.com/cuckooguard/cuckooguard/mysql"
 )
 
 // Config is what [Start] needs of a service.
@@ -25,19 +30,31 @@ type Config struct {
 	// sizes the guards by its row estimates (information_schema.TABLES).
 	// Its database is the one DSN names.
 	DB *sql.DB
-	// DSN is what the followers connect with, in the form of
-	// github.com/go-sql-driver/mysql (user:password@tcp(host:port)/dbname),
-	// as mysql.NewFollower takes it: a *sql.DB does not tell its DSN, so
-	// it is required. Its user needs REPLICATION SLAVE and SELECT on the
-	// tables, CREATE once for the heartbeat tables and the tag table, and
-	// INSERT and UPDATE on the heartbeat tables (the mysql package doc's
-	// "Setup"); DB's user needs INSERT and DELETE on the tag table.
+	// DSN is what the followers (and, through NATS, the relay) connect
+	// with, in the form of github.com/go-sql-driver/mysql
+	// (user:password@tcp(host:port)/dbname), as mysql.NewFollower and
+	// mysql.Relayed take it: a *sql.DB does not tell its DSN, so it is
+	// required. Its user needs REPLICATION SLAVE and SELECT on the tables,
+	// CREATE once for the heartbeat tables and the tag table, and INSERT
+	// and UPDATE on the heartbeat tables (the mysql package doc's "Setup";
+	// through NATS, its "Behind a relay"); DB's user needs INSERT and
+	// DELETE on the tag table.
 	DSN string
 	// Service names the service: the same on every replica, and another
 	// for each service. It names the tables' heartbeat tables
 	// ([HeartbeatTable]) and, with Origin, the followers' server ids
-	// ([ServerID]).
+	// ([ServerID]); through NATS it names the relay: its lease and place
+	// (a row of cuckooguard_relay), its subjects and its saved guards.
 	Service string
+	// NATS is a connection to a NATS server with JetStream: the tables are
+	// followed through one relay for the whole fleet (one binlog reader,
+	// on the replica that holds the relay's lease: every replica runs one
+	// and they elect one), and each replica's fanout.Follower follows the
+	// relay's stream. Nil: each replica follows each table directly, a
+	// binlog reader per replica and table. The server needs
+	// binlog_row_metadata=FULL for the relay (the mysql package doc's
+	// "Behind a relay").
+	NATS *nats.Conn
 	// Origin names this replica among the service's replicas: stable
 	// across its restarts, never shared by two running at once. Default:
 	// the host name (a pod's name).
@@ -47,9 +64,18 @@ type Config struct {
 	// (mysql.WithSnapshotFile, as <service>.<table>.guard): a restarted
 	// replica starts from it without reading the table. Empty: no file,
 	// and each start reads the tables. Start creates it if missing.
+	// Through NATS it is not used: the guards are saved in the object
+	// store (SnapshotEvery), for every replica.
 	SnapshotDir string
+	// SnapshotEvery is how often the replica that holds the relay's lease
+	// saves each table's guard to NATS's object store
+	// (fanout.DefaultBucket), for replicas that start later to start from
+	// without reading the table (through NATS). Default:
+	// fanout.DefaultSnapshotEvery.
+	SnapshotEvery time.Duration
 	// ServerID gives the server id of this replica's follower of table
-	// (see [ServerID]), for a fleet that assigns ids itself. Nil:
+	// (see [ServerID]), for a fleet that assigns ids itself; through NATS,
+	// ServerID("") is the id of this replica's relay's binlog stream. Nil:
 	// ServerID(Service, Origin, table).
 	ServerID func(table string) uint32
 	// Logger is where the Loaders and the followers log: a table read, a
@@ -65,6 +91,8 @@ type Config struct {
 type Service struct {
 	cfg     Config
 	log     *slog.Logger
+	relayed follow.Database // the database as the relay and its followers reach it, with NATS
+	relay   *fanout.Relay   // with NATS
 	members []*member
 
 	cancel    context.CancelFunc
@@ -80,8 +108,10 @@ type Service struct {
 // Start guards tables for the service cfg describes on this replica: it
 // makes each table's Loader, sized by the table's row estimate unless its
 // Capacity says otherwise, and starts its follower (mysql.Follower, with a
-// server id and a heartbeat table of its own) in a goroutine that
-// [Service.Close] stops. It returns once they run, not once they follow:
+// server id and a heartbeat table of its own; through NATS a
+// fanout.Follower of the relay's stream, and this replica's campaign for
+// the relay) in goroutines that [Service.Close] stops. It returns once
+// they run, not once they follow:
 // until a table's follower follows, its Loader passes every lookup
 // through, and the Service answers 503 on /readyz. ctx bounds only the
 // setup. The followers check the server and the tables when they run: a
@@ -116,6 +146,7 @@ func Start(ctx context.Context, cfg Config, tables ...Guarded) (*Service, error)
 		}
 	}
 	seen := map[string]bool{}
+	var source []follow.Table
 	for _, t := range tables {
 		if t == nil {
 			return nil, errors.New("mysqlguard: Start: a nil table")
@@ -125,6 +156,19 @@ func Start(ctx context.Context, cfg Config, tables ...Guarded) (*Service, error)
 			return nil, fmt.Errorf("mysqlguard: Start: table %q needs a name of its own and a key column", name)
 		}
 		seen[name] = true
+		source = append(source, follow.Table{Table: name, Key: column})
+	}
+	if cfg.NATS != nil {
+		db, err := mysql.Relayed(cfg.DSN, mysql.WithServerID(s.cfg.ServerID("")))
+		if err != nil {
+			return nil, fmt.Errorf("mysqlguard: Start: %w", err)
+		}
+		s.relayed = db
+		r, err := fanout.NewRelay(db, cfg.Service, cfg.NATS, source, fanout.WithLogger(s.log))
+		if err != nil {
+			return nil, fmt.Errorf("mysqlguard: Start: %w", err)
+		}
+		s.relay = r
 	}
 	for _, t := range tables {
 		m, err := t.setup(ctx, s)
@@ -136,18 +180,32 @@ func Start(ctx context.Context, cfg Config, tables ...Guarded) (*Service, error)
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
+	if s.relay != nil {
+		s.goRun("relay", s.relay.Run, rctx)
+	}
 	for _, m := range s.members {
 		s.goRun(m.name, m.run, rctx)
 	}
 	return s, nil
 }
 
+// fanoutOpts are the options of the tables' relayed followers.
+func (s *Service) fanoutOpts() []fanout.Option {
+	every := s.cfg.SnapshotEvery
+	if every == 0 {
+		every = fanout.DefaultSnapshotEvery
+	}
+	return []fanout.Option{fanout.WithRelay(s.cfg.Service), fanout.WithOrigin(s.cfg.Origin), fanout.WithLogger(s.log),
+		fanout.WithSnapshots(fanout.DefaultBucket, every, s.relay.Leading)}
+}
+
 // goRun runs run until ctx ends; an error it returns before (a setup that
-// cannot work) is kept for /readyz and logged.
+// cannot work) is kept for /readyz and logged. what is a table, or
+// "relay".
 func (s *Service) goRun(what string, run func(context.Context) error, ctx context.Context) {
 	s.wg.Go(func() {
 		if err := run(ctx); err != nil && ctx.Err() == nil {
-			s.log.LogAttrs(ctx, slog.LevelError, "cuckooguard: mysqlguard: cannot follow", slog.String("table", what), slog.Any("error", err))
+			s.log.LogAttrs(ctx, slog.LevelError, "cuckooguard: mysqlguard: cannot follow", slog.String("what", what), slog.Any("error", err))
 			s.mu.Lock()
 			s.fatal[what] = err
 			s.mu.Unlock()
@@ -169,7 +227,9 @@ func (s *Service) Ready() bool {
 
 // ServeHTTP answers a readiness probe (/readyz): 200 "ready" while
 // [Service.Ready], else 503 with a line per table that is not, naming it
-// and why ("orders: follower resyncing", "users: cannot follow: …").
+// and why ("orders: follower resyncing", "users: cannot follow: …",
+// through NATS "orders: relay silent for 2s"), and a relay that cannot
+// run ("relay: cannot follow: …").
 func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var why []string
 	s.mu.Lock()
@@ -193,10 +253,11 @@ func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintln(w, strings.Join(why, "\n"))
 }
 
-// Close stops the followers and waits for them (each saves its guard to
-// its snapshot file as it stops, with SnapshotDir), then closes the
-// Loaders. It is idempotent. It leaves the heartbeat tables in place, for
-// the next start: [Teardown] removes them.
+// Close stops the followers (and the relay) and waits for them (each
+// direct follower saves its guard to its snapshot file as it stops, with
+// SnapshotDir), then closes the Loaders. It is idempotent. It leaves the
+// heartbeat tables, and through NATS the relay's place, stream and saved
+// guards, in place for the next start: [Teardown] removes them.
 func (s *Service) Close() error {
 	var err error
 	s.closeOnce.Do(func() {

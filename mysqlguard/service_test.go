@@ -17,6 +17,7 @@ import (
 	"time"
 
 	_ "github.com/go-mysql-org/go-mysql/driver" // database/sql's "mysql", the service's pool
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -30,6 +31,7 @@ import (
 type env struct {
 	dsn       string // the followers', go-sql-driver's form
 	db        *sql.DB
+	nc        *nats.Conn // with newRelayEnv
 	service   string
 	orders    string
 	customers string
@@ -78,8 +80,11 @@ func newEnv(t *testing.T) *env {
 		}
 	}
 	t.Cleanup(func() {
-		if err := Teardown(ctx, db, e.service, e.orders, e.customers); err != nil {
+		if err := Teardown(ctx, db, Config{Service: e.service, DSN: e.dsn, NATS: e.nc}, e.orders, e.customers); err != nil {
 			t.Errorf("cleanup: %v", err)
+		}
+		if e.nc != nil {
+			e.nc.Close()
 		}
 		db.ExecContext(ctx, "DROP TABLE IF EXISTS "+e.orders+", "+e.customers)
 		db.ExecContext(ctx, fmt.Sprintf("SET GLOBAL gtid_strict_mode = %d", strict))
@@ -117,7 +122,7 @@ func (e *env) start(t *testing.T, origin, dir string) *replica {
 			}},
 	}
 	svc, err := Start(context.Background(), Config{DB: e.db, DSN: e.dsn, Service: e.service, Origin: origin, SnapshotDir: dir,
-		Logger: slog.New(slog.DiscardHandler)}, r.orders, r.customers)
+		NATS: e.nc, SnapshotEvery: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}, r.orders, r.customers)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +138,7 @@ func waitReady(t *testing.T, rs ...*replica) {
 	since := time.Now()
 	for _, r := range rs {
 		for deadline := since.Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-			if r.svc.Ready() && r.orders.f.Stats().CurrentAsOf.After(since) && r.customers.f.Stats().CurrentAsOf.After(since) {
+			if r.svc.Ready() && r.orders.asOf().After(since) && r.customers.asOf().After(since) {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -141,6 +146,15 @@ func waitReady(t *testing.T, rs ...*replica) {
 			}
 		}
 	}
+}
+
+// asOf returns the time before which the table's follower, direct or
+// relayed, has applied every commit.
+func (t *Table[K, V]) asOf() time.Time {
+	if t.rf != nil {
+		return t.rf.Stats().CurrentAsOf
+	}
+	return t.f.Stats().CurrentAsOf
 }
 
 // readyz returns what the Service answers on /readyz.
@@ -491,7 +505,7 @@ func TestTeardown(t *testing.T) {
 	if mine, _ := count(); mine != 2 {
 		t.Fatalf("%d heartbeat tables of the service before Teardown, want 2", mine)
 	}
-	if err := Teardown(ctx, e.db, e.service, e.orders, e.customers); err != nil {
+	if err := Teardown(ctx, e.db, Config{Service: e.service}, e.orders, e.customers); err != nil {
 		t.Fatal(err)
 	}
 	if mine, others := count(); mine != 0 || others != 1 {

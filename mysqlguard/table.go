@@ -13,8 +13,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cuckooguard/cuckooguard/fanout"
 	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/metrics"
+	"github.com/cuckooguard/cuckooguard/metrics/fanoutmetrics"
 	"github.com/cuckooguard/cuckooguard/metrics/mysqlmetrics"
 	"github.com/cuckooguard/cuckooguard/middleware"
 	"github.com/cuckooguard/cuckooguard/mysql"
@@ -50,7 +52,8 @@ type Table[K comparable, V any] struct {
 	Options []guarded.Option
 
 	loader  *guarded.Loader[K, V]
-	f       *mysql.Follower[K]
+	f       *mysql.Follower[K]  // the table's direct follower, without NATS
+	rf      *fanout.Follower[K] // its follower of the relay's stream, through NATS
 	parse   func(string) (K, error)
 	db      *sql.DB                                  // the Service's, for the writes
 	log     *slog.Logger                             // the Service's
@@ -62,30 +65,39 @@ type Table[K comparable, V any] struct {
 func (t *Table[K, V]) Loader() *guarded.Loader[K, V] { return t.loader }
 
 // Key returns the key that the table's guard holds for text, a key of
-// the column in any form the server reads as it (mysql.Follower.Key: the
-// column's one text, parsed with Parse): "ALICE@EXAMPLE.COM" for
-// "alice@example.com " under utf8mb4_general_ci. Use it on what clients
-// send (middleware.Parse(from, table.Key)); an error means the guard
-// cannot judge the text (the lookup then goes to the store).
+// the column in any form the server reads as it (mysql.Follower.Key,
+// through NATS fanout.Follower.Key: the column's one text, parsed with
+// Parse): "ALICE@EXAMPLE.COM" for "alice@example.com " under
+// utf8mb4_general_ci. Use it on what clients send
+// (middleware.Parse(from, table.Key)); an error means the guard cannot
+// judge the text (the lookup then goes to the store).
 func (t *Table[K, V]) Key(text string) (K, error) {
-	if t.f == nil {
-		var zero K
-		return zero, errors.New("mysqlguard: Table.Key before Start")
+	switch {
+	case t.rf != nil:
+		return t.rf.Key(text)
+	case t.f != nil:
+		return t.f.Key(text)
 	}
-	return t.f.Key(text)
+	var zero K
+	return zero, errors.New("mysqlguard: Table.Key before Start")
 }
 
 // Tag names, in transaction tx, the keys it creates through the table's
 // Loader (Loader().Insert, InsertGenerated): the follower skips exactly
 // those inserts, which the Loader added before the write
-// (mysql.Follower.Tag). Each key must be in the column's one text
-// (mysql.Follower.Tag says why); [Table.Insert] tags for you.
+// (mysql.Follower.Tag; through NATS fanout.Follower.Tag, whose tag is one
+// compound statement, BEGIN NOT ATOMIC … END). Each key must be in the
+// column's one text (mysql.Follower.Tag says why); [Table.Insert] tags for
+// you.
 func (t *Table[K, V]) Tag(ctx context.Context, tx *sql.Tx, keys ...K) error {
-	if t.f == nil {
+	if t.f == nil && t.rf == nil {
 		return errors.New("mysqlguard: Table.Tag before Start")
 	}
 	if tx == nil {
 		return errors.New("mysqlguard: Table.Tag needs a transaction")
+	}
+	if t.rf != nil {
+		return t.rf.Tag(ctx, mysql.ExecIn(tx), keys...)
 	}
 	return t.f.Tag(ctx, tx, keys...)
 }
@@ -185,30 +197,45 @@ func (t *Table[K, V]) setup(ctx context.Context, s *Service) (*member, error) {
 		g.Close()
 		return nil, fmt.Errorf("mysqlguard: table %s: %w", t.Name, err)
 	}
-	fopts := []mysql.Option{
-		mysql.WithServerID(s.cfg.ServerID(t.Name)),
-		mysql.WithHeartbeatTable(HeartbeatTable(s.cfg.Service, t.Name)),
-		mysql.WithLogger(s.log),
-	}
-	if s.cfg.SnapshotDir != "" {
-		fopts = append(fopts, mysql.WithSnapshotFile(filepath.Join(s.cfg.SnapshotDir, snapshotName(s.cfg.Service, t.Name))))
-	}
-	f, err := mysql.NewFollower(l, s.cfg.DSN, t.Name, t.Column, parse, fopts...)
-	if err != nil {
-		l.Close()
-		return nil, fmt.Errorf("mysqlguard: table %s: %w", t.Name, err)
-	}
 	label := metrics.WithConstLabels(prometheus.Labels{"table": t.Name})
-	m := &member{name: t.Name, close: l.Close, run: f.Run, collectors: []prometheus.Collector{
+	m := &member{name: t.Name, close: l.Close, collectors: []prometheus.Collector{
 		metrics.NewLoaderCollector(l, label),
 		metrics.NewMiddlewareCollector(middlewareStats[K]{&t.mw}, label),
-		mysqlmetrics.NewFollowerCollector(f, label),
 	}}
-	m.state = func() (bool, string) {
-		st := f.Stats()
-		return l.Ready() && st.State == mysql.Following, why(st)
+	if s.cfg.NATS != nil {
+		f, err := fanout.NewFollower(l, s.cfg.NATS, s.relayed, t.Name, t.Column, parse, s.fanoutOpts()...)
+		if err != nil {
+			l.Close()
+			return nil, fmt.Errorf("mysqlguard: table %s: %w", t.Name, err)
+		}
+		t.rf, m.run = f, f.Run
+		m.collectors = append(m.collectors, fanoutmetrics.NewFollowerCollector(f, label))
+		m.state = func() (bool, string) {
+			st := f.Stats()
+			return l.Ready() && st.State == mysql.Following, fanoutWhy(st)
+		}
+	} else {
+		fopts := []mysql.Option{
+			mysql.WithServerID(s.cfg.ServerID(t.Name)),
+			mysql.WithHeartbeatTable(HeartbeatTable(s.cfg.Service, t.Name)),
+			mysql.WithLogger(s.log),
+		}
+		if s.cfg.SnapshotDir != "" {
+			fopts = append(fopts, mysql.WithSnapshotFile(filepath.Join(s.cfg.SnapshotDir, snapshotName(s.cfg.Service, t.Name))))
+		}
+		f, err := mysql.NewFollower(l, s.cfg.DSN, t.Name, t.Column, parse, fopts...)
+		if err != nil {
+			l.Close()
+			return nil, fmt.Errorf("mysqlguard: table %s: %w", t.Name, err)
+		}
+		t.f, m.run = f, f.Run
+		m.collectors = append(m.collectors, mysqlmetrics.NewFollowerCollector(f, label))
+		m.state = func() (bool, string) {
+			st := f.Stats()
+			return l.Ready() && st.State == mysql.Following, why(st)
+		}
 	}
-	t.loader, t.f, t.parse, t.db, t.log = l, f, parse, s.cfg.DB, s.log
+	t.loader, t.parse, t.db, t.log = l, parse, s.cfg.DB, s.log
 	return m, nil
 }
 
@@ -243,6 +270,21 @@ func why(st mysql.Stats) string {
 	switch {
 	case st.State == mysql.Behind:
 		return fmt.Sprintf("follower behind (no heartbeat back for %v)", time.Since(st.CurrentAsOf).Round(time.Millisecond))
+	case st.LastError != nil && st.State == mysql.PassThrough:
+		return fmt.Sprintf("follower %s: %v", st.State, st.LastError)
+	}
+	return "follower " + st.State.String()
+}
+
+// fanoutWhy says why a relayed follower's table is not ready.
+func fanoutWhy(st fanout.Stats) string {
+	switch {
+	case !st.NATSConnected:
+		return "NATS connection down"
+	case st.State == mysql.Behind && st.RelaySilence > time.Second:
+		return fmt.Sprintf("relay silent for %v", st.RelaySilence.Round(time.Millisecond))
+	case st.State == mysql.Behind:
+		return fmt.Sprintf("follower behind (lag %v)", st.Lag.Round(time.Millisecond))
 	case st.LastError != nil && st.State == mysql.PassThrough:
 		return fmt.Sprintf("follower %s: %v", st.State, st.LastError)
 	}

@@ -141,11 +141,21 @@ func (t *Table[K, V]) tag(ctx context.Context, tx *sql.Tx, key K) error {
 	if text, ok := any(key).(string); ok {
 		// The Loader added the key in the column's one text (its key
 		// rule): the tag names that text.
-		if k, err := t.f.Key(text); err == nil {
+		if k, err := t.Key(text); err == nil {
 			key = k
 		}
 	}
-	stmts, err := t.f.TagStatements(key)
+	var stmts []mysql.Statement
+	var err error
+	if t.rf != nil {
+		var q string
+		var args []any
+		if q, args, err = t.rf.TagQuery(key); err == nil {
+			stmts = []mysql.Statement{{Query: q, Args: args}}
+		}
+	} else {
+		stmts, err = t.f.TagStatements(key)
+	}
 	if err != nil {
 		if _, ok := any(key).(string); ok {
 			t.log.LogAttrs(ctx, slog.LevelDebug, "cuckooguard: mysqlguard: a key not in the column's one text is inserted untagged (an extra copy in the guard)",
