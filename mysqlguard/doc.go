@@ -6,18 +6,27 @@
 // ([Service.Ready], and [Service] as the http.Handler of /readyz, which
 // names the table and the reason when it answers 503) and one
 // prometheus.Collector for everything. [Teardown] removes what a service
-// made in the database: its heartbeat tables.
+// made in the database (its heartbeat tables) and, through NATS, the
+// relay's place, stream subjects and saved guards.
 //
-// For now each replica follows each table directly: one binlog reader
-// (a replication connection, with a server id of its own: [ServerID]) per
-// replica and table. The relay that serves a fleet from one reader,
-// through NATS JetStream, is being built for MySQL; pgguard's Config.NATS
-// has no counterpart here yet.
+// Without Config.NATS each replica follows each table directly: one
+// binlog reader (a replication connection, with a server id of its own:
+// [ServerID]) per replica and table. With it, the tables are followed
+// through one relay for the whole fleet, as pgguard does: every replica
+// campaigns for the relay of the service (fanout.Relay over
+// mysql.Relayed; a lease elects one, which reads the binlog once for all
+// the tables and publishes their changes to NATS JetStream), and each
+// table's fanout.Follower follows the relay's stream. The replica that
+// leads saves each table's guard in NATS's object store every
+// Config.SnapshotEvery, and a replica that starts later is ready from it
+// without reading the table. Through NATS, a write's token (Table.Insert)
+// names the binlog's GTID stream, which the relayed followers do not
+// report: lookups under it pass through to the store ([Table.Insert]).
 //
 // It is the packages below it put together the way the README recommends;
 // they stay public for those who need another arrangement: guard and
-// guarded (the Loader), mysql (the Follower, WriteToken), and metrics
-// (mysqlmetrics).
+// guarded (the Loader), mysql (the Follower, Relayed, WriteToken), fanout
+// (the Relay and its Follower), and metrics (mysqlmetrics, fanoutmetrics).
 //
 // Every replica of a service runs the same lines:
 //
@@ -50,8 +59,9 @@
 // tag it as this replica's own, and return its consistency token
 // (guarded.Token, from mysql.WriteToken): a lookup on any replica under it
 // (guarded.WithToken, the table's [Table.Middleware] reading the
-// Cuckooguard-Token header) finds the row at once, where a lookup without
-// it may be up to the follower's lag behind. The middleware sets the token
+// Cuckooguard-Token header) finds the row at once (through NATS by
+// asking the store), where a lookup without it may be up to the
+// follower's lag behind. The middleware sets the token
 // on the write's response by itself. A server without gtid_strict_mode
 // gives no token: the writes return the zero token, and lookups are
 // answered as if the client had not written.

@@ -30,6 +30,15 @@ import (
 // present until the next read of the table (a false positive), never a
 // missing key.
 //
+// Through NATS the token still names the binlog's GTID stream
+// ("mariadb-<server_id>-<domain>"), while the relayed followers report the
+// relay's positions (the binlog file and offset, under the database's
+// origin, "m<server_id>_<domain>_…"): the two are not comparable, so a
+// lookup under the token passes through to the store at once on every
+// replica (counted in the Loader's Stats.TokenForeign), which finds the
+// row. It is never answered "absent"; it is not answered by the guard
+// either.
+//
 // The token is zero, and the error nil, if the commit succeeded and the
 // server gives no token (mysql.ErrNoToken: gtid_strict_mode is OFF, or the
 // binlog has GTIDs of several domains; logged once per table) or it could
