@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -137,7 +138,9 @@ func TestHungRelay(t *testing.T) {
 	t.Logf("%s", bytes.TrimSpace(out.Bytes()))
 	// Woken, it finds its lease lapsed by its own clock, or the server
 	// already ended the lease's session: either way its term is over.
-	if !strings.Contains(out.String(), "lapsed=1") && !strings.Contains(out.String(), "idle-in-transaction timeout") {
+	// (lapsed=2 where a loaded machine starved the process of its lease
+	// once before the stop too.)
+	if !regexp.MustCompile(`lapsed=[1-9]`).MatchString(out.String()) && !strings.Contains(out.String(), "idle-in-transaction timeout") {
 		t.Errorf("the stopped relay did not find its lease gone when it woke: %s", out.String())
 	}
 	expectNoWrong404s(t, a, "after a hung relay")

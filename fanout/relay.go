@@ -151,6 +151,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	if ctx == nil {
 		return errors.New("fanout: Relay.Run: ctx is nil")
 	}
+	// The async publisher's reply subscription lives on the caller's NATS
+	// connection: a Run that returns leaves nothing behind on it.
+	defer r.js.CleanupPublisher()
 	var logged string
 	for {
 		led, err := r.campaign(ctx)
