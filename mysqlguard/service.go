@@ -20,6 +20,7 @@ import (
 	"github.com/cuckooguard/cuckooguard/follow"
 	"github.com/cuckooguard/cuckooguard/guard"
 	"github.com/cuckooguard/cuckooguard/guarded"
+	"github.com/cuckooguard/cuckooguard/internal/runset"
 	"github.com/cuckooguard/cuckooguard/mysql"
 )
 
@@ -94,12 +95,7 @@ type Service struct {
 	relayed follow.Database // the database as the relay and its followers reach it, with NATS
 	relay   *fanout.Relay   // with NATS
 	members []*member
-
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
-	closeOnce sync.Once
-	mu        sync.Mutex // protects fatal
-	fatal     map[string]error
+	set     *runset.Set // runs the members and the relay; readiness and Close
 
 	collectOnce sync.Once
 	parts       []prometheus.Collector
@@ -126,7 +122,7 @@ func Start(ctx context.Context, cfg Config, tables ...Guarded) (*Service, error)
 	case len(tables) == 0:
 		return nil, errors.New("mysqlguard: Start needs at least one table")
 	}
-	s := &Service{cfg: cfg, log: cfg.Logger, fatal: map[string]error{}}
+	s := &Service{cfg: cfg, log: cfg.Logger}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -170,22 +166,21 @@ func Start(ctx context.Context, cfg Config, tables ...Guarded) (*Service, error)
 		}
 		s.relay = r
 	}
+	s.set = runset.New("mysqlguard", s.log)
 	for _, t := range tables {
 		m, err := t.setup(ctx, s)
 		if err != nil {
-			s.closeMembers()
+			s.set.Close()
 			return nil, err
 		}
 		s.members = append(s.members, m)
+		s.set.Add(m.Member)
 	}
-	rctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
+	runs := map[string]func(context.Context) error{}
 	if s.relay != nil {
-		s.goRun("relay", s.relay.Run, rctx)
+		runs["relay"] = s.relay.Run
 	}
-	for _, m := range s.members {
-		s.goRun(m.name, m.run, rctx)
-	}
+	s.set.Start(runs)
 	return s, nil
 }
 
@@ -199,82 +194,24 @@ func (s *Service) fanoutOpts() []fanout.Option {
 		fanout.WithSnapshots(fanout.DefaultBucket, every, s.relay.Leading)}
 }
 
-// goRun runs run until ctx ends; an error it returns before (a setup that
-// cannot work) is kept for /readyz and logged. what is a table, or
-// "relay".
-func (s *Service) goRun(what string, run func(context.Context) error, ctx context.Context) {
-	s.wg.Go(func() {
-		if err := run(ctx); err != nil && ctx.Err() == nil {
-			s.log.LogAttrs(ctx, slog.LevelError, "cuckooguard: mysqlguard: cannot follow", slog.String("what", what), slog.Any("error", err))
-			s.mu.Lock()
-			s.fatal[what] = err
-			s.mu.Unlock()
-		}
-	})
-}
-
 // Ready reports whether every table's Loader answers on its own: filled,
 // and its follower following (a heartbeat back within the max lag). While
 // not, some lookups reach the store.
-func (s *Service) Ready() bool {
-	for _, m := range s.members {
-		if ready, _ := m.state(); !ready {
-			return false
-		}
-	}
-	return true
-}
+func (s *Service) Ready() bool { return s.set.Ready() }
 
 // ServeHTTP answers a readiness probe (/readyz): 200 "ready" while
 // [Service.Ready], else 503 with a line per table that is not, naming it
 // and why ("orders: follower resyncing", "users: cannot follow: …",
 // through NATS "orders: relay silent for 2s"), and a relay that cannot
 // run ("relay: cannot follow: …").
-func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var why []string
-	s.mu.Lock()
-	for what, err := range s.fatal {
-		why = append(why, fmt.Sprintf("%s: cannot follow: %v", what, err))
-	}
-	s.mu.Unlock()
-	for _, m := range s.members {
-		if ready, w := m.state(); !ready {
-			why = append(why, m.name+": "+w)
-		}
-	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	if len(why) == 0 {
-		w.WriteHeader(http.StatusOK)
-		fmt.Fprintln(w, "ready")
-		return
-	}
-	w.WriteHeader(http.StatusServiceUnavailable)
-	fmt.Fprintln(w, strings.Join(why, "\n"))
-}
+func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.set.ServeHTTP(w, r) }
 
 // Close stops the followers (and the relay) and waits for them (each
 // direct follower saves its guard to its snapshot file as it stops, with
 // SnapshotDir), then closes the Loaders. It is idempotent. It leaves the
 // heartbeat tables, and through NATS the relay's place, stream and saved
 // guards, in place for the next start: [Teardown] removes them.
-func (s *Service) Close() error {
-	var err error
-	s.closeOnce.Do(func() {
-		s.cancel()
-		s.wg.Wait()
-		err = s.closeMembers()
-	})
-	return err
-}
-
-func (s *Service) closeMembers() error {
-	var errs []error
-	for _, m := range s.members {
-		errs = append(errs, m.close())
-	}
-	return errors.Join(errs...)
-}
+func (s *Service) Close() error { return s.set.Close() }
 
 // ServerID returns the server id with which the follower of table on the
 // replica origin of service registers its binlog stream, unless

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cuckooguard/cuckooguard/fanout"
 	"github.com/cuckooguard/cuckooguard/guarded"
+	"github.com/cuckooguard/cuckooguard/internal/runset"
 	"github.com/cuckooguard/cuckooguard/metrics"
 	"github.com/cuckooguard/cuckooguard/metrics/fanoutmetrics"
 	"github.com/cuckooguard/cuckooguard/metrics/mysqlmetrics"
@@ -158,10 +159,7 @@ func (t *Table[K, V]) table() (name, column string) {
 // member is a table of a running Service: its Loader's and follower's
 // state, their collectors, and how to run and stop it.
 type member struct {
-	name       string
-	state      func() (ready bool, why string) // why: why it is not ready
-	run        func(context.Context) error
-	close      func() error
+	runset.Member
 	collectors []prometheus.Collector // the Loader's, the middleware's and the follower's, labelled with the table
 }
 
@@ -198,7 +196,7 @@ func (t *Table[K, V]) setup(ctx context.Context, s *Service) (*member, error) {
 		return nil, fmt.Errorf("mysqlguard: table %s: %w", t.Name, err)
 	}
 	label := metrics.WithConstLabels(prometheus.Labels{"table": t.Name})
-	m := &member{name: t.Name, close: l.Close, collectors: []prometheus.Collector{
+	m := &member{Member: runset.Member{Name: t.Name, Close: l.Close}, collectors: []prometheus.Collector{
 		metrics.NewLoaderCollector(l, label),
 		metrics.NewMiddlewareCollector(middlewareStats[K]{&t.mw}, label),
 	}}
@@ -208,9 +206,9 @@ func (t *Table[K, V]) setup(ctx context.Context, s *Service) (*member, error) {
 			l.Close()
 			return nil, fmt.Errorf("mysqlguard: table %s: %w", t.Name, err)
 		}
-		t.rf, m.run = f, f.Run
+		t.rf, m.Run = f, f.Run
 		m.collectors = append(m.collectors, fanoutmetrics.NewFollowerCollector(f, label))
-		m.state = func() (bool, string) {
+		m.State = func() (bool, string) {
 			st := f.Stats()
 			return l.Ready() && st.State == mysql.Following, fanoutWhy(st)
 		}
@@ -228,9 +226,9 @@ func (t *Table[K, V]) setup(ctx context.Context, s *Service) (*member, error) {
 			l.Close()
 			return nil, fmt.Errorf("mysqlguard: table %s: %w", t.Name, err)
 		}
-		t.f, m.run = f, f.Run
+		t.f, m.Run = f, f.Run
 		m.collectors = append(m.collectors, mysqlmetrics.NewFollowerCollector(f, label))
-		m.state = func() (bool, string) {
+		m.State = func() (bool, string) {
 			st := f.Stats()
 			return l.Ready() && st.State == mysql.Following, why(st)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/cuckooguard/cuckooguard/follow"
 	"github.com/cuckooguard/cuckooguard/guard"
 	"github.com/cuckooguard/cuckooguard/guarded"
+	"github.com/cuckooguard/cuckooguard/internal/runset"
 	"github.com/cuckooguard/cuckooguard/postgres"
 )
 
@@ -69,12 +70,7 @@ type Service struct {
 	log     *slog.Logger
 	relay   *fanout.Relay
 	members []*member
-
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
-	closeOnce sync.Once
-	mu        sync.Mutex // protects fatal
-	fatal     map[string]error
+	set     *runset.Set // runs the members and the relay; readiness and Close
 
 	collectOnce sync.Once
 	parts       []prometheus.Collector
@@ -97,7 +93,7 @@ func Start(ctx context.Context, cfg Config, tables ...Guarded) (*Service, error)
 	case len(tables) == 0:
 		return nil, errors.New("pgguard: Start needs at least one table")
 	}
-	s := &Service{cfg: cfg, dsn: cfg.DSN, log: cfg.Logger, fatal: map[string]error{}}
+	s := &Service{cfg: cfg, dsn: cfg.DSN, log: cfg.Logger}
 	if s.dsn == "" {
 		s.dsn = cfg.Pool.Config().ConnString()
 	}
@@ -139,36 +135,22 @@ func Start(ctx context.Context, cfg Config, tables ...Guarded) (*Service, error)
 		}
 		s.relay = r
 	}
+	s.set = runset.New("pgguard", s.log)
 	for _, t := range tables {
 		m, err := t.setup(ctx, s)
 		if err != nil {
-			s.closeMembers()
+			s.set.Close()
 			return nil, err
 		}
 		s.members = append(s.members, m)
+		s.set.Add(m.Member)
 	}
-	rctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
+	runs := map[string]func(context.Context) error{}
 	if s.relay != nil {
-		s.goRun("relay", s.relay.Run, rctx)
+		runs["relay"] = s.relay.Run
 	}
-	for _, m := range s.members {
-		s.goRun(m.name, m.run, rctx)
-	}
+	s.set.Start(runs)
 	return s, nil
-}
-
-// goRun runs run until ctx ends; an error it returns before (a setup that
-// cannot work) is kept for /readyz and logged.
-func (s *Service) goRun(what string, run func(context.Context) error, ctx context.Context) {
-	s.wg.Go(func() {
-		if err := run(ctx); err != nil && ctx.Err() == nil {
-			s.log.LogAttrs(ctx, slog.LevelError, "cuckooguard: pgguard: cannot follow", slog.String("what", what), slog.Any("error", err))
-			s.mu.Lock()
-			s.fatal[what] = err
-			s.mu.Unlock()
-		}
-	})
 }
 
 func (s *Service) fanoutOpts() []fanout.Option {
@@ -186,61 +168,17 @@ func (s *Service) postgresOpts() []postgres.Option {
 
 // Ready reports whether every table's Loader answers on its own: filled,
 // and its follower following. While not, some lookups reach the store.
-func (s *Service) Ready() bool {
-	for _, m := range s.members {
-		if ready, _ := m.state(); !ready {
-			return false
-		}
-	}
-	return true
-}
+func (s *Service) Ready() bool { return s.set.Ready() }
 
 // ServeHTTP answers a readiness probe (/readyz): 200 "ready" while
 // [Service.Ready], else 503 with a line per table that is not, naming it
 // and why ("orders: follower resyncing", "customers: relay silent for 2s").
-func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var why []string
-	s.mu.Lock()
-	for what, err := range s.fatal {
-		why = append(why, fmt.Sprintf("%s: cannot follow: %v", what, err))
-	}
-	s.mu.Unlock()
-	for _, m := range s.members {
-		if ready, w := m.state(); !ready {
-			why = append(why, m.name+": "+w)
-		}
-	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	if len(why) == 0 {
-		w.WriteHeader(http.StatusOK)
-		fmt.Fprintln(w, "ready")
-		return
-	}
-	w.WriteHeader(http.StatusServiceUnavailable)
-	fmt.Fprintln(w, strings.Join(why, "\n"))
-}
+func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.set.ServeHTTP(w, r) }
 
 // Close stops the followers and the relay and waits for them, then closes
 // the Loaders. It is idempotent. It leaves the publications, slots and
 // streams in place, for the next start: [Teardown] removes them.
-func (s *Service) Close() error {
-	var err error
-	s.closeOnce.Do(func() {
-		s.cancel()
-		s.wg.Wait()
-		err = s.closeMembers()
-	})
-	return err
-}
-
-func (s *Service) closeMembers() error {
-	var errs []error
-	for _, m := range s.members {
-		errs = append(errs, m.close())
-	}
-	return errors.Join(errs...)
-}
+func (s *Service) Close() error { return s.set.Close() }
 
 // estimate returns 1.25 times the row estimate of table, at least 1,024.
 func estimate(ctx context.Context, pool *pgxpool.Pool, table string) (int, error) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cuckooguard/cuckooguard/fanout"
 	"github.com/cuckooguard/cuckooguard/guarded"
+	"github.com/cuckooguard/cuckooguard/internal/runset"
 	"github.com/cuckooguard/cuckooguard/metrics"
 	"github.com/cuckooguard/cuckooguard/metrics/fanoutmetrics"
 	"github.com/cuckooguard/cuckooguard/metrics/pgmetrics"
@@ -203,11 +204,8 @@ func (t *Table[K, V]) table() tableSpec {
 // member is a table of a running Service: its Loader's and follower's
 // state, their collectors, and how to run and stop it.
 type member struct {
-	name       string
-	state      func() (ready bool, why string) // why: why it is not ready
-	run        func(context.Context) error
-	close      func() error
-	collectors []prometheus.Collector // the Loader's and the follower's, labelled with the table
+	runset.Member
+	collectors []prometheus.Collector // the Loader's, the middleware's and the follower's, labelled with the table
 }
 
 // setup makes the table's Loader and follower.
@@ -243,7 +241,7 @@ func (t *Table[K, V]) setup(ctx context.Context, s *Service) (*member, error) {
 		return nil, fmt.Errorf("pgguard: table %s: %w", t.Name, err)
 	}
 	label := metrics.WithConstLabels(prometheus.Labels{"table": t.Name})
-	m := &member{name: t.Name, close: l.Close, collectors: []prometheus.Collector{metrics.NewLoaderCollector(l, label),
+	m := &member{Member: runset.Member{Name: t.Name, Close: l.Close}, collectors: []prometheus.Collector{metrics.NewLoaderCollector(l, label),
 		metrics.NewMiddlewareCollector(middlewareStats[K]{&t.mw}, label)}}
 	if s.cfg.NATS != nil {
 		f, err := fanout.NewFollower(l, s.cfg.NATS, s.relayed, t.Name, t.table().key, parse, s.fanoutOpts()...)
@@ -251,9 +249,9 @@ func (t *Table[K, V]) setup(ctx context.Context, s *Service) (*member, error) {
 			l.Close()
 			return nil, err
 		}
-		t.f, m.run = f, f.Run
+		t.f, m.Run = f, f.Run
 		m.collectors = append(m.collectors, fanoutmetrics.NewFollowerCollector(f, label))
-		m.state = func() (bool, string) {
+		m.State = func() (bool, string) {
 			st := f.Stats()
 			return l.Ready() && st.State == postgres.Following, fanoutWhy(st)
 		}
@@ -263,9 +261,9 @@ func (t *Table[K, V]) setup(ctx context.Context, s *Service) (*member, error) {
 			l.Close()
 			return nil, err
 		}
-		t.f, m.run = f, f.Run
+		t.f, m.Run = f, f.Run
 		m.collectors = append(m.collectors, pgmetrics.NewFollowerCollector(f, label))
-		m.state = func() (bool, string) {
+		m.State = func() (bool, string) {
 			st := f.Stats()
 			return l.Ready() && st.State == postgres.Following, directWhy(st)
 		}
