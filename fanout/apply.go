@@ -155,9 +155,17 @@ func (s *fsession[K]) ctl(c ctlMsg, seq uint64, now time.Time) error {
 		s.advance(seq) // read: the next session resumes after it
 		return err
 	}
-	s.control(c.Payload, now)
+	lost := s.control(c.Payload, now)
 	s.advance(seq)
 	s.reached(c.LSN)
+	if lost {
+		// The session's own heartbeat came back and its marker, sent
+		// before it, did not: the marker is in no stream (the relay
+		// started again past it: a reset, a database's restart). Waiting
+		// would pass lookups through for good; a new session sends
+		// another.
+		return &failure{failStream, errors.New("fanout: follower: a heartbeat came back before the session's marker, which is in no stream (the relay started again past it)")}
+	}
 	return nil
 }
 

@@ -32,8 +32,10 @@ func (s *fsession[K]) wake(now time.Time) time.Duration {
 	return w.Sub(now)
 }
 
-// control handles a marker or heartbeat that came back at now.
-func (s *fsession[K]) control(payload string, now time.Time) {
+// control handles a marker or heartbeat that came back at now. It reports
+// whether the marker was lost: one of the session's heartbeats, which it
+// sends after its marker, came back while the marker had not.
+func (s *fsession[K]) control(payload string, now time.Time) (markerLost bool) {
 	f := s.f
 	op, rest, _ := strings.Cut(payload, " ")
 	switch op {
@@ -67,6 +69,9 @@ func (s *fsession[K]) control(payload string, now time.Time) {
 			if b.seq == seq {
 				f.rtt.Store(int64(now.Sub(b.sent)))
 				s.out = s.out[i+1:]
+				if s.since.IsZero() && follow.State(f.state.Load()) == follow.Resyncing {
+					return true
+				}
 				if st := follow.State(f.state.Load()); st != follow.Resyncing {
 					s.asOf = b.sent
 					f.currentAsOf.Store(s.asOf.UnixNano())
@@ -79,6 +84,7 @@ func (s *fsession[K]) control(payload string, now time.Time) {
 			}
 		}
 	}
+	return false
 }
 
 func (s *fsession[K]) oldestOut() int64 {
