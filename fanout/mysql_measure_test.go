@@ -30,15 +30,17 @@ import (
 // and each Follower's control-row heartbeats are writes of their own).
 // The writers insert into the followed table, and into a table nobody
 // follows (whose writers pay only for the binlog's readers), for
-// CUCKOOGUARD_PHASE (5 s) each; the modes alternate in rounds
-// (CUCKOOGUARD_ROUNDS, 3 by default), so that drift falls on all of them.
-// It logs each mode's rate against no follower's in the same round, the
-// median of those ratios, and per insert: the CPU time of the server (from
-// /proc, if it runs on this machine), of this process and of the whole
-// machine, and the commits of others that the binlog counted
-// (Binlog_commits less the inserts). It asserts
-// nothing of time; it fails if a follower does not keep up or a relayed
-// one reports a committed key absent.
+// CUCKOOGUARD_PHASE (5 s) each: as fast as they go, or, with
+// CUCKOOGUARD_RATE, that many a second in all (the server's CPU per
+// insert then tells its cost while the machine's cores are not all
+// taken). The modes alternate in rounds (CUCKOOGUARD_ROUNDS, 3 by
+// default), so that drift falls on all of them. It logs each mode's rate
+// against no follower's in the same round, the median of those ratios,
+// and per insert: the CPU time of the server (from /proc, if it runs on
+// this machine), of this process and of the whole machine, and the
+// commits of others that the binlog counted (Binlog_commits less the
+// inserts). It asserts nothing of time; it fails if a follower does not
+// keep up or a relayed one reports a committed key absent.
 func TestMeasureMySQLRelayWriteTax(t *testing.T) {
 	if os.Getenv("CUCKOOGUARD_MEASURE") == "" {
 		t.Skip("set CUCKOOGUARD_MEASURE=1 to measure")
@@ -60,6 +62,7 @@ func TestMeasureMySQLRelayWriteTax(t *testing.T) {
 	if p, err := time.ParseDuration(os.Getenv("CUCKOOGUARD_PHASE")); err == nil && p > 0 {
 		d = p
 	}
+	rate, _ := strconv.Atoi(os.Getenv("CUCKOOGUARD_RATE"))
 	pid := serverPID(admin)
 	modes := []string{"none", "direct8", "relay1", "relay8"}
 	targets := []string{e.table, other}
@@ -87,7 +90,7 @@ func TestMeasureMySQLRelayWriteTax(t *testing.T) {
 			}
 			for _, table := range order {
 				cpu0, self0, busy0, st0 := serverCPU(pid), serverCPU(os.Getpid()), machineBusy(), binlogStatus(t, admin)
-				inserts := e.insertFor(t, table, 8, d, &next)
+				inserts := e.insertFor(t, table, 8, rate, d, &next)
 				cpu1, self1, busy1, st1 := serverCPU(pid), serverCPU(os.Getpid()), machineBusy(), binlogStatus(t, admin)
 				perInsert := func(ticks int64) float64 { return float64(ticks*(1_000_000/clockTicks)) / float64(inserts) }
 				s := sample{rate: float64(inserts) / d.Seconds(), inserts: inserts,
@@ -110,8 +113,12 @@ func TestMeasureMySQLRelayWriteTax(t *testing.T) {
 		}
 		return xs[len(xs)/2]
 	}
-	t.Logf("8 writers of single-row autocommit inserts, %v a phase, %d rounds; %d cores (GOMAXPROCS %d) shared by the server, NATS, the writers, the relay and the followers; server pid %d",
-		d, rounds, runtime.NumCPU(), runtime.GOMAXPROCS(0), pid)
+	paced := "as fast as they go"
+	if rate > 0 {
+		paced = fmt.Sprintf("paced at %d/s in all", rate)
+	}
+	t.Logf("8 writers of single-row autocommit inserts, %s, %v a phase, %d rounds; %d cores (GOMAXPROCS %d) shared by the server, NATS, the writers, the relay and the followers; server pid %d",
+		paced, d, rounds, runtime.NumCPU(), runtime.GOMAXPROCS(0), pid)
 	for _, table := range targets {
 		what := "the followed table"
 		if table == other {
@@ -239,9 +246,10 @@ func (fl *myFleet) stop(t *testing.T) {
 }
 
 // insertFor runs n writers that insert one row at a time (autocommit)
-// into table, with ids from next, for d, and returns the rows inserted.
-// The writers connect before the clock starts.
-func (e *myEnv) insertFor(t *testing.T, table string, n int, d time.Duration, next *atomic.Int64) int64 {
+// into table, with ids from next, for d, and returns the rows inserted:
+// as fast as they can, or, if rate is not 0, rate a second in all. The
+// writers connect before the clock starts.
+func (e *myEnv) insertFor(t *testing.T, table string, n, rate int, d time.Duration, next *atomic.Int64) int64 {
 	t.Helper()
 	conns := make([]*client.Conn, n)
 	for i := range conns {
@@ -253,11 +261,15 @@ func (e *myEnv) insertFor(t *testing.T, table string, n int, d time.Duration, ne
 	}
 	var inserted atomic.Int64
 	var failed atomic.Pointer[error]
-	stop := time.Now().Add(d)
+	start := time.Now()
+	stop := start.Add(d)
 	var wg sync.WaitGroup
 	for _, c := range conns {
 		wg.Go(func() {
-			for time.Now().Before(stop) {
+			for i := 0; time.Now().Before(stop); i++ {
+				if rate > 0 {
+					time.Sleep(time.Until(start.Add(time.Duration(i) * time.Duration(n) * time.Second / time.Duration(rate))))
+				}
 				if _, err := c.Execute(fmt.Sprintf("INSERT INTO `%s` VALUES (%d, 'w')", table, next.Add(1))); err != nil {
 					failed.Store(&err)
 					return
