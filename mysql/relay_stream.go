@@ -98,11 +98,19 @@ func (s *relaySource) session(ctx context.Context, h follow.Handler) (streamed t
 	for i, t := range s.tables {
 		parts = append(parts, identitySQL(db, strings.SplitN(start.Tables[i], ".", 2)[1], t.Key, withID))
 	}
-	stmt, err := hb.Prepare(emitSQL("CONCAT_WS('|', " + strings.Join(parts, ", ") + ")"))
+	beat, err := hb.Prepare(emitSQL("CONCAT_WS('|', " + strings.Join(parts, ", ") + ")"))
 	if err != nil {
 		return 0, fmt.Errorf("mysql: relay: prepare the heartbeat: %w", privilege(err))
 	}
-	defer stmt.Close()
+	defer beat.Close()
+	// A probe carries no identities: reading them (information_schema)
+	// costs the server several times the write itself, and a probe is
+	// written as often as the probe before it returns while commits come.
+	probe, err := hb.Prepare(emitSQL("''"))
+	if err != nil {
+		return 0, fmt.Errorf("mysql: relay: prepare the probe: %w", privilege(err))
+	}
+	defer probe.Close()
 	var streamConn net.Conn
 	dial := dialer(s.deadline)
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
@@ -134,7 +142,7 @@ func (s *relaySource) session(ctx context.Context, h follow.Handler) (streamed t
 	s.sessions.Add(1)
 	s.state.Store(true)
 	began := time.Now()
-	err = st.run(ctx, read, stream, hb, stmt, at.Name)
+	err = st.run(ctx, read, stream, hb, beat, probe, at.Name)
 	return time.Since(began), err
 }
 
@@ -305,15 +313,17 @@ type streamEvent struct {
 	err error
 }
 
-// write is a heartbeat (or probe) to write: its seq and the number of
-// events received before it began.
+// write is a heartbeat (or probe) to write: its seq, the number of
+// events received before it began, and whether it is a heartbeat (it
+// carries the tables' identities) or only a probe.
 type write struct {
 	seq    int64
 	covers uint64
+	beat   bool
 }
 
 // run passes on the stream until it fails or ctx ends.
-func (st *relayStream) run(ctx context.Context, read *client.Conn, stream *replication.BinlogStreamer, hb *client.Conn, stmt *client.Stmt, file string) error {
+func (st *relayStream) run(ctx context.Context, read *client.Conn, stream *replication.BinlogStreamer, hb *client.Conn, beat, probe *client.Stmt, file string) error {
 	s := st.s
 	loop, end := context.WithCancelCause(ctx)
 	defer end(nil)
@@ -352,6 +362,10 @@ func (st *relayStream) run(ctx context.Context, read *client.Conn, stream *repli
 				return
 			case w := <-writes:
 				_ = hb.SetDeadline(time.Now().Add(s.deadline))
+				stmt := probe
+				if w.beat {
+					stmt = beat
+				}
 				if _, err := stmt.Execute(rowID, st.route, st.token+" "+strconv.FormatInt(w.seq, 10)); err != nil {
 					end(fmt.Errorf("mysql: relay: write a heartbeat: %w", privilege(err)))
 					return
@@ -424,17 +438,17 @@ func (st *relayStream) run(ctx context.Context, read *client.Conn, stream *repli
 		if s.recheck.Load() {
 			next = now
 		}
-		// One write at a time: a heartbeat when one is due, a probe as
-		// soon as a commit is held.
-		if !st.probing && (!now.Before(next) || len(st.held) > 0) {
-			st.beatSeq++
-			writes <- write{seq: st.beatSeq, covers: st.recv}
-			st.probing = true
-			st.out = append(st.out, now)
-			s.recheck.Store(false)
-			if !now.Before(next) {
+		// One write at a time: a heartbeat when one is due (it is the
+		// probe too), a probe as soon as a commit is held.
+		if due := !now.Before(next); !st.probing && (due || len(st.held) > 0) {
+			if due {
+				s.recheck.Store(false) // before the write: a Recheck after it gets a heartbeat of its own
 				next = now.Add(s.heartbeat)
 			}
+			st.beatSeq++
+			writes <- write{seq: st.beatSeq, covers: st.recv, beat: due}
+			st.probing = true
+			st.out = append(st.out, now)
 		}
 		wake := next
 		if t := last.Add(s.deadline + time.Millisecond); len(st.out) > 0 && t.Before(wake) {
@@ -752,7 +766,7 @@ func (st *relayStream) back(payload, seen string) error {
 	if token != st.token || err != nil {
 		return nil // an earlier session's, or another process's
 	}
-	if seen != st.identities {
+	if seen != "" && seen != st.identities { // "": a probe, which carries none
 		return fmt.Errorf("%w: a relayed table was renamed, dropped, made again or altered while the relay streamed (identities %s, were %s)",
 			errTableChanged, seen, st.identities)
 	}

@@ -268,6 +268,65 @@ func TestRelaySource(t *testing.T) {
 	}
 }
 
+// TestRelaySourceIdentity swaps the relayed table by a rename that the
+// binlog does not carry (sql_log_bin=0) while a writer commits, so that
+// probes, which carry no identities, are written all along: they end
+// nothing, and the first heartbeat after the swap ends the session, whose
+// successor starts with the new table's identity.
+func TestRelaySourceIdentity(t *testing.T) {
+	srv := testDSN(t)
+	fullMetadata(t, srv)
+	table, c := newTable(t, srv, "id BIGINT NOT NULL PRIMARY KEY, v INT", "")
+	db, err := Relayed(dsnOf(srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "test " + table
+	t.Cleanup(func() { db.Teardown(context.Background(), name, nil) })
+	src, err := db.Source(name, []follow.Table{{Table: table, Key: "id"}}, follow.SourceConfig{Heartbeat: 200 * time.Millisecond, Deadline: 2 * time.Second,
+		Backoff: 20 * time.Millisecond, MaxBackoff: time.Second, Logger: slog.New(slog.NewTextHandler(testLog{t}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{src: src}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx, r) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run = %v, want context.Canceled", err)
+		}
+	})
+	for deadline := time.Now().Add(20 * time.Second); !src.Stats().Streaming; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("never streamed: %+v", src.Stats())
+		}
+	}
+	w := startWriters(t, srv, table, 1, 1<<20)
+	time.Sleep(time.Second) // five heartbeats, and a probe for each commit held
+	if st := src.Stats(); st.Failures != 0 || st.Sessions != 1 || st.VisibilityWaits == 0 || st.Commits == 0 {
+		t.Fatalf("after a second of writes: %+v; want one session, no failure, commits held until a probe returned", st)
+	}
+	exec(t, c, "SET SESSION sql_log_bin = 0", "CREATE TABLE `"+table+"_new` LIKE `"+table+"`",
+		"RENAME TABLE `"+table+"` TO `"+table+"_old`, `"+table+"_new` TO `"+table+"`", "SET SESSION sql_log_bin = 1")
+	for deadline := time.Now().Add(20 * time.Second); src.Stats().Sessions < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the session did not end after an unlogged rename swap: %+v", src.Stats())
+		}
+	}
+	w.halt()
+	st := src.Stats()
+	if !errors.Is(st.LastError, errTableChanged) {
+		t.Errorf("the session ended with %v, want errTableChanged", st.LastError)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.starts) < 2 || r.starts[1].Identities[0] == r.starts[0].Identities[0] {
+		t.Errorf("starts %+v; want a second one with the new table's identity", r.starts)
+	}
+}
+
 // testLog writes a logger's lines to the test's log.
 type testLog struct{ t *testing.T }
 
