@@ -423,7 +423,7 @@ func TestTokenOtherHistory(t *testing.T) {
 	}
 	t.Logf("before and after: %d keys checked under their token, %d absent (wrong 404s); %d would have read absent without it; %d waited, %d passed through",
 		tc.checked, tc.wrong, tc.without, tc.waited, tc.passed)
-	if during.checked == 0 {
+	if window.checked+during.checked == 0 { // the follower may read the new history within the window
 		t.Fatal("no key was checked between the reset and the read")
 	}
 }
