@@ -145,31 +145,7 @@ func TestRelaySource(t *testing.T) {
 	name := "test " + table
 	t.Cleanup(func() { db.Teardown(context.Background(), name, nil) })
 	run := func() (*recorder, func()) {
-		src, err := db.Source(name, []follow.Table{{Table: table, Key: "id"}}, follow.SourceConfig{Heartbeat: 50 * time.Millisecond, Deadline: time.Second, Backoff: 20 * time.Millisecond, MaxBackoff: time.Second,
-			Logger: slog.New(slog.NewTextHandler(testLog{t}, nil))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := &recorder{src: src}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- src.Run(ctx, r) }()
-		var once sync.Once
-		stop := func() {
-			once.Do(func() {
-				cancel()
-				if err := <-done; !errors.Is(err, context.Canceled) {
-					t.Errorf("Run = %v, want context.Canceled", err)
-				}
-			})
-		}
-		t.Cleanup(stop)
-		for deadline := time.Now().Add(20 * time.Second); !src.Stats().Streaming; time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("never streamed: %+v", src.Stats())
-			}
-		}
-		return r, stop
+		return runSourceWith(t, db, name, []follow.Table{{Table: table, Key: "id"}}, time.Second, func(src follow.Source) *recorder { return &recorder{src: src} })
 	}
 	r, stop := run()
 	if len(r.starts) != 1 || !r.starts[0].Reset || r.starts[0].Tables[0] != srv.db+"."+table || r.starts[0].Origin.IsZero() {
@@ -333,4 +309,36 @@ type testLog struct{ t *testing.T }
 func (w testLog) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(b), "\n"))
 	return len(b), nil
+}
+
+// runSourceWith runs a Source of relay name for tables (heartbeat 50 ms,
+// backoff 20 ms to maxBackoff) with the handler that handler makes for it,
+// until the test ends (or stop), and waits until it streams.
+func runSourceWith[H follow.Handler](t *testing.T, db follow.Database, name string, tables []follow.Table, maxBackoff time.Duration, handler func(follow.Source) H) (H, func()) {
+	t.Helper()
+	src, err := db.Source(name, tables, follow.SourceConfig{Heartbeat: 50 * time.Millisecond, Deadline: time.Second,
+		Backoff: 20 * time.Millisecond, MaxBackoff: maxBackoff, Logger: slog.New(slog.NewTextHandler(testLog{t}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := handler(src)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx, h) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Errorf("Run = %v, want context.Canceled", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	for deadline := time.Now().Add(20 * time.Second); !src.Stats().Streaming; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("never streamed: %+v", src.Stats())
+		}
+	}
+	return h, stop
 }

@@ -25,31 +25,7 @@ import (
 // until the test ends (or stop), and waits until it streams.
 func reviewSource(t *testing.T, db follow.Database, name string, tables []follow.Table) (*recorder, func()) {
 	t.Helper()
-	src, err := db.Source(name, tables, follow.SourceConfig{Heartbeat: 50 * time.Millisecond, Deadline: time.Second,
-		Backoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(testLog{t}, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &recorder{src: src}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx, r) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; !errors.Is(err, context.Canceled) {
-				t.Errorf("Run = %v, want context.Canceled", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	for deadline := time.Now().Add(20 * time.Second); !src.Stats().Streaming; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("never streamed: %+v", src.Stats())
-		}
-	}
-	return r, stop
+	return runSourceWith(t, db, name, tables, 200*time.Millisecond, func(src follow.Source) *recorder { return &recorder{src: src} })
 }
 
 // marked waits for the commit that creates marker in table i, and
@@ -342,31 +318,7 @@ func (r *rawRecorder) has(key string) bool {
 // runRaw runs a Source of relay name with a rawRecorder until stop.
 func runRaw(t *testing.T, db follow.Database, name string, tables []follow.Table) (*rawRecorder, func()) {
 	t.Helper()
-	src, err := db.Source(name, tables, follow.SourceConfig{Heartbeat: 50 * time.Millisecond, Deadline: time.Second,
-		Backoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(testLog{t}, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &rawRecorder{src: src}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx, r) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; !errors.Is(err, context.Canceled) {
-				t.Errorf("Run = %v, want context.Canceled", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	for deadline := time.Now().Add(20 * time.Second); !src.Stats().Streaming; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("never streamed: %+v", src.Stats())
-		}
-	}
-	return r, stop
+	return runSourceWith(t, db, name, tables, 200*time.Millisecond, func(src follow.Source) *rawRecorder { return &rawRecorder{src: src} })
 }
 
 // TestReviewRelayPositionsAndSeen writes one-key transactions (some
