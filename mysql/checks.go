@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/client"
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
 )
 
 // checkServer returns an error wrapping ErrSetup, saying what to change,
@@ -129,8 +130,25 @@ func privilege(err error) error {
 	return err
 }
 
+// errUndecodable is wrapped by the error of a stream that sent an event
+// the decoder cannot read: a rows event without the table map before it
+// (the stream began inside a transaction: a position of another history),
+// or an event of a kind or version it does not know. Streaming from the
+// same place again fails again: the next session reads the table.
+var errUndecodable = errors.New("mysql: the binlog stream sent an event that cannot be decoded")
+
 // streamError says what a failure of the binlog stream means.
 func streamError(err error, at gomysql.Position, id uint32) error {
+	var ee *replication.EventError
+	if errors.As(err, &ee) {
+		// Not ee.Error(): it quotes the whole event, which may be megabytes.
+		h := ee.Header
+		if h == nil {
+			h = new(replication.EventHeader)
+		}
+		return fmt.Errorf("%w: %v event of %d bytes ending at %d (the stream began at %s:%d): %s",
+			errUndecodable, h.EventType, h.EventSize, h.LogPos, at.Name, at.Pos, ee.Err)
+	}
 	var me *gomysql.MyError
 	if errors.As(err, &me) {
 		switch me.Code {

@@ -252,13 +252,14 @@ func (f *Follower[K]) Run(ctx context.Context) error {
 // readAgain reports whether a session that ended with err leaves nothing
 // the next one may resume from: the table changed, the Loader wants a
 // fresh guard, the binlog is not the one followed (or cannot be read from
-// the position: error 1236), or the setup is wrong. A lost connection,
+// the position: error 1236), the stream sent an event that cannot be
+// decoded, or the setup is wrong. A lost connection,
 // a server restart, error 4052 and a heartbeat deadline leave the guard
 // as it was after the last transaction applied.
 func readAgain(err error) bool {
 	var me *gomysql.MyError
 	return errors.Is(err, errTableChanged) || errors.Is(err, errBigTransaction) || errors.Is(err, errResync) ||
-		errors.Is(err, errHistory) || errors.Is(err, ErrSetup) || errors.Is(err, ErrKeyType) ||
+		errors.Is(err, errHistory) || errors.Is(err, errUndecodable) || errors.Is(err, ErrSetup) || errors.Is(err, ErrKeyType) ||
 		errors.As(err, &me) && me.Code == gomysql.ER_MASTER_FATAL_ERROR_READING_BINLOG
 }
 

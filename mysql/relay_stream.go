@@ -81,11 +81,13 @@ func (s *relaySource) session(ctx context.Context, h follow.Handler) (streamed t
 		return 0, err
 	}
 	st.file, st.at = at.Name, at
-	fromSaved := !start.Reset
+	st.fromSaved = !start.Reset
 	defer func() {
-		// A saved place whose stream fails before its first event is not
-		// one of this binlog's: the next session starts at its end.
-		if fromSaved && st.recv == 0 && readFailed(err) {
+		// A saved place whose stream fails before its first transaction
+		// (error 1236, an event that cannot be decoded, rows before any
+		// GTID event) is not one of this binlog's: the next session
+		// starts at its end.
+		if st.fromSaved && !st.sawGTID && (readFailed(err) || errors.Is(err, errUndecodable) || errors.Is(err, errHistory)) {
 			s.unreadable = placeText(at)
 		}
 	}()
@@ -291,6 +293,9 @@ type relayStream struct {
 	overflow bool
 	inTx     bool // a BEGIN opened it: its statements are not events of their own
 
+	fromSaved bool // the stream began at the relay's saved place
+	sawGTID   bool // a GTID event has begun a transaction in this stream
+
 	// Commits held until visible, in binlog order, with the number of
 	// events received when each came (visibility).
 	held   []*follow.Commit
@@ -483,10 +488,21 @@ func (st *relayStream) event(ev *replication.BinlogEvent) error {
 	case *replication.RotateEvent:
 		st.file = string(e.NextLogName)
 	case *replication.MariadbGTIDEvent:
+		st.sawGTID = true
 		st.begin()
 		st.gtid[e.GTID.DomainID] = gtid{domain: e.GTID.DomainID, server: e.GTID.ServerID, seq: e.GTID.SequenceNumber}
 	case *replication.GTIDEvent:
 		return fmt.Errorf("%w: a MySQL GTID event: only MariaDB is supported", ErrSetup)
+	}
+	if st.fromSaved && !st.sawGTID {
+		// The saved place is where a transaction ended: what follows it
+		// in this history begins with a GTID event.
+		switch ev.Event.(type) {
+		case *replication.RowsEvent, *replication.TableMapEvent, *replication.XIDEvent, *replication.QueryEvent:
+			return fmt.Errorf("%w: the stream from the relay's saved place %s:%d begins with a %v event, not a transaction", errHistory, st.at.Name, st.at.Pos, ev.Header.EventType)
+		}
+	}
+	switch e := ev.Event.(type) {
 	case *replication.RowsEvent:
 		if st.tx == nil {
 			st.begin()

@@ -110,7 +110,22 @@ func writePast(t *testing.T, c *client.Conn, table string, at binlogAt, id int) 
 // old one.
 func writeToStart(t *testing.T, h *history, p resumePoint) {
 	t.Helper()
-	row := func(pad int) int64 { // the bytes the binlog grew by
+	writeTo(t, h, p, "")
+}
+
+// writeIntoTransaction is writeToStart with a transaction's rows event,
+// not its beginning, at p.start: a stream from there begins with rows
+// whose table map came before it.
+func writeIntoTransaction(t *testing.T, h *history, p resumePoint) {
+	t.Helper()
+	writeTo(t, h, p, "Write_rows")
+}
+
+// writeTo writes the history of writeToStart, with the event of a
+// one-row insert named by kind ("" for its first) beginning at p.start.
+func writeTo(t *testing.T, h *history, p resumePoint, kind string) {
+	t.Helper()
+	row := func(pad int) (grew, into int64) { // the bytes the binlog grew by; where kind's event begins in them
 		t.Helper()
 		before := masterAt(t, h.c)
 		exec(t, h.c, fmt.Sprintf("INSERT INTO `%s` (id, pad) VALUES (%d, REPEAT('x', %d))", h.table, 1_000_000+h.id, pad))
@@ -119,13 +134,36 @@ func writeToStart(t *testing.T, h *history, p resumePoint) {
 		if after.file != p.file {
 			t.Fatalf("the binlog is in %s, want %s: the scenario needs the position's own file", after.file, p.file)
 		}
-		return after.pos - before.pos
+		if kind != "" {
+			r, err := h.c.Execute(fmt.Sprintf("SHOW BINLOG EVENTS IN '%s' FROM %d", after.file, before.pos))
+			if err != nil {
+				t.Fatal(err)
+			}
+			into = -1
+			for i := range r.RowNumber() {
+				typ, _ := r.GetString(i, 2)
+				at, _ := r.GetInt(i, 1)
+				if strings.HasPrefix(typ, kind) && at < after.pos {
+					into = at - before.pos
+					break
+				}
+			}
+			if into < 0 {
+				t.Fatalf("no %s event in the transaction at %s:%d", kind, after.file, before.pos)
+			}
+		}
+		return after.pos - before.pos, into
 	}
-	base := row(1000) - 1000 // a transaction's bytes besides its padding
+	grew, into := row(1000)
+	base := grew - 1000             // a transaction's bytes besides its padding
+	target := int64(p.start) - into // where the last transaction must begin
 	for {
-		rem := int64(p.start) - masterAt(t, h.c).pos
+		rem := target - masterAt(t, h.c).pos
 		switch {
 		case rem == 0:
+			if _, got := row(1000); got != into { // the same statement's length: the same layout
+				t.Fatalf("the %s event began %d bytes into the transaction, was %d", kind, got, into)
+			}
 			for masterAt(t, h.c).seq <= p.gtid.seq {
 				h.insert(t, 1)
 			}
@@ -135,7 +173,7 @@ func writeToStart(t *testing.T, h *history, p resumePoint) {
 		case rem-base > 4000:
 			row(int(min(4000, rem-2*base-1000))) // and leave room for the last one
 		default:
-			t.Fatalf("the binlog is %d bytes short of %d, less than a transaction of %d: the scenario cannot be made", rem, p.start, base+1000)
+			t.Fatalf("the binlog is %d bytes short of %d, less than a transaction of %d: the scenario cannot be made", rem, target, base+1000)
 		}
 	}
 }
@@ -341,6 +379,14 @@ func TestResumeRefused(t *testing.T) {
 			change: func(t *testing.T, h *history, at binlogAt) {
 				exec(t, h.c, "RESET MASTER")
 				writeToStart(t, h, h.resumeFrom())
+			}},
+		{name: "reset master, written to inside a transaction", why: "not the one the follower followed.*cannot be decoded",
+			before: func(t *testing.T, h *history) {
+				exec(t, h.c, "RESET MASTER")
+			},
+			change: func(t *testing.T, h *history, at binlogAt) {
+				exec(t, h.c, "RESET MASTER")
+				writeIntoTransaction(t, h, h.resumeFrom())
 			}},
 		{name: "restored data directory", why: "ends at .*before the position|behind the position",
 			change: func(t *testing.T, h *history, at binlogAt) { restored(t, h, "") }},

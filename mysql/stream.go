@@ -123,7 +123,14 @@ func (s *session[K]) run(ctx context.Context, stream *replication.BinlogStreamer
 			return context.Cause(loop)
 		case errors.Is(err, context.DeadlineExceeded):
 		case err != nil:
-			return streamError(err, s.at, f.serverID)
+			err = streamError(err, s.at, f.serverID)
+			if s.verify != nil && errors.Is(err, errUndecodable) {
+				// Resumed inside a transaction of another history: a rows
+				// event whose table map was before the place. Read the
+				// table now, without the delay of a failed session.
+				return fmt.Errorf("%w: the stream from the place resumed from fails: %w", errHistory, err)
+			}
+			return err
 		default:
 			s.last = now
 			if err := s.event(ev, now); err != nil {
