@@ -56,8 +56,9 @@ type relaySource struct {
 	recheck  atomic.Bool // send a heartbeat now (Recheck)
 
 	// unreadable is the saved place whose stream failed before its first
-	// event (error 1236: purged, or not at an event of this history);
-	// startPoint does not start there again. Run's goroutine only.
+	// transaction (error 1236: purged, or not at an event of this
+	// history), or later on an event that cannot be decoded; startPoint
+	// does not start there again. Run's goroutine only.
 	unreadable string
 }
 

@@ -84,10 +84,11 @@ func (s *relaySource) session(ctx context.Context, h follow.Handler) (streamed t
 	st.fromSaved = !start.Reset
 	defer func() {
 		// A saved place whose stream fails before its first transaction
-		// (error 1236, an event that cannot be decoded, rows before any
-		// GTID event) is not one of this binlog's: the next session
-		// starts at its end.
-		if st.fromSaved && !st.sawGTID && (readFailed(err) || errors.Is(err, errUndecodable) || errors.Is(err, errHistory)) {
+		// (error 1236, rows before any GTID event) is not one of this
+		// binlog's, and one whose stream later sends an event that cannot
+		// be decoded would fail there again: the next session starts at
+		// the binlog's end (the followers read their tables again).
+		if st.fromSaved && (errors.Is(err, errUndecodable) || !st.sawGTID && (readFailed(err) || errors.Is(err, errHistory))) {
 			s.unreadable = placeText(at)
 		}
 	}()
@@ -213,7 +214,7 @@ func (s *relaySource) startPoint(ctx context.Context, c *client.Conn, start *fol
 		case perr != nil || !validFile.MatchString(file):
 			why = fmt.Sprintf("its saved place %s:%d gtid %q is unreadable", file, pos, gtidText)
 		case placeText(gomysql.Position{Name: file, Pos: uint32(pos)}) == s.unreadable:
-			why = fmt.Sprintf("the binlog cannot be read from its saved place %s:%d (error 1236: purged, or not at an event of this history)", file, pos)
+			why = fmt.Sprintf("the binlog cannot be read from its saved place %s:%d (error 1236: purged, or not at an event of this history; or an event after it cannot be decoded)", file, pos)
 		default:
 			if why = p.refuse(src, column{}); why == "" {
 				why = sameHistory(c, file, uint32(pos), saved)
