@@ -18,7 +18,6 @@ import (
 
 	"github.com/cuckooguard/cuckooguard/fanout"
 	"github.com/cuckooguard/cuckooguard/follow"
-	"github.com/cuckooguard/cuckooguard/guard"
 	"github.com/cuckooguard/cuckooguard/guarded"
 	"github.com/cuckooguard/cuckooguard/internal/runset"
 	"github.com/cuckooguard/cuckooguard/postgres"
@@ -192,9 +191,6 @@ func estimate(ctx context.Context, pool *pgxpool.Pool, table string) (int, error
 	}
 	return max(int(rows*1.25), 1024), nil
 }
-
-// newGuard returns a guard sized for capacity keys.
-func newGuard(capacity int) (*guard.Guard, error) { return guard.New(guard.WithCapacity(capacity)) }
 
 // NotFound reports whether err says that no row has the key: the guard's
 // answer (guarded.ErrNotFound) or the store's (pgx.ErrNoRows).

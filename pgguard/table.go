@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -213,32 +212,15 @@ func (t *Table[K, V]) setup(ctx context.Context, s *Service) (*member, error) {
 	if t.loader != nil {
 		return nil, fmt.Errorf("pgguard: table %s is already started", t.Name)
 	}
-	parse, err := parseFor[K](t.Parse)
+	parse, err := parseFor(t.Parse)
 	if err != nil {
 		return nil, fmt.Errorf("pgguard: table %s: %w", t.Name, err)
 	}
-	if t.Get == nil {
-		return nil, fmt.Errorf("pgguard: table %s has no Get", t.Name)
-	}
-	notFound := t.NotFound
-	if notFound == nil {
-		notFound = func(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
-	}
-	capacity := t.Capacity
-	if capacity == 0 {
-		if capacity, err = estimate(ctx, s.cfg.Pool, t.Name); err != nil {
-			return nil, err
-		}
-	}
-	g, err := newGuard(capacity)
+	l, err := runset.NewLoader(ctx, "pgguard", runset.Table[K, V]{Name: t.Name, Get: t.Get, NotFound: t.NotFound, Capacity: t.Capacity, Options: t.Options},
+		func(err error) bool { return errors.Is(err, pgx.ErrNoRows) },
+		func(ctx context.Context) (int, error) { return estimate(ctx, s.cfg.Pool, t.Name) }, s.log)
 	if err != nil {
-		return nil, fmt.Errorf("pgguard: table %s: %w", t.Name, err)
-	}
-	opts := append([]guarded.Option{guarded.WithNotFound(notFound), guarded.WithLogger(s.log)}, t.Options...)
-	l, err := guarded.New(g, guarded.GetterFunc[K, V](t.Get), opts...)
-	if err != nil {
-		g.Close()
-		return nil, fmt.Errorf("pgguard: table %s: %w", t.Name, err)
+		return nil, err
 	}
 	label := metrics.WithConstLabels(prometheus.Labels{"table": t.Name})
 	m := &member{Member: runset.Member{Name: t.Name, Close: l.Close}, collectors: []prometheus.Collector{metrics.NewLoaderCollector(l, label),
@@ -272,30 +254,6 @@ func (t *Table[K, V]) setup(ctx context.Context, s *Service) (*member, error) {
 	return m, nil
 }
 
-// parseFor returns parse, or the parse of the key types that need none.
-func parseFor[K comparable](parse func(string) (K, error)) (func(string) (K, error), error) {
-	if parse != nil {
-		return parse, nil
-	}
-	var zero K
-	var p any
-	switch any(zero).(type) {
-	case string:
-		p = func(s string) (string, error) { return s, nil }
-	case int64:
-		p = func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }
-	case int32:
-		p = func(s string) (int32, error) { n, err := strconv.ParseInt(s, 10, 32); return int32(n), err }
-	case int:
-		p = func(s string) (int, error) { n, err := strconv.ParseInt(s, 10, 64); return int(n), err }
-	case postgres.Tuple:
-		p = postgres.ParseTuple
-	default:
-		return nil, fmt.Errorf("keys of type %T need a Parse", zero)
-	}
-	return p.(func(string) (K, error)), nil
-}
-
 // directWhy says why a direct follower's table is not ready.
 func directWhy(st postgres.FollowerStats) string {
 	switch {
@@ -307,17 +265,13 @@ func directWhy(st postgres.FollowerStats) string {
 	return "follower " + st.State.String()
 }
 
+// parseFor returns parse, or the parse of the key types that need none
+// (Tuple's among them).
+func parseFor[K comparable](parse func(string) (K, error)) (func(string) (K, error), error) {
+	return runset.ParseFor(parse, postgres.ParseTuple)
+}
+
 // fanoutWhy says why a relayed follower's table is not ready.
 func fanoutWhy(st fanout.Stats) string {
-	switch {
-	case !st.NATSConnected:
-		return "NATS connection down"
-	case st.State == postgres.Behind && st.RelaySilence > time.Second:
-		return fmt.Sprintf("relay silent for %v", st.RelaySilence.Round(time.Millisecond))
-	case st.State == postgres.Behind:
-		return fmt.Sprintf("follower behind (lag %v)", st.Lag.Round(time.Millisecond))
-	case st.LastError != nil && st.State == postgres.PassThrough:
-		return fmt.Sprintf("follower %s: %v", st.State, st.LastError)
-	}
-	return "follower " + st.State.String()
+	return runset.RelayedWhy(st.NATSConnected, st.State, st.RelaySilence, st.Lag, st.LastError)
 }
