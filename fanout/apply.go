@@ -157,7 +157,7 @@ func (s *fsession[K]) ctl(c ctlMsg, seq uint64, now time.Time) error {
 	}
 	lost := s.control(c.Payload, now)
 	s.advance(seq)
-	s.reached(c.LSN)
+	s.reached(c.LSN, c.Tok)
 	if lost {
 		// The session's own heartbeat came back and its marker, sent
 		// before it, did not: the marker is in no stream (the relay
@@ -240,7 +240,7 @@ func (s *fsession[K]) tx(m txMsg, seq uint64) error {
 			p.epoch != "" && m.Prev != p.lsn:
 			return s.gap(seq, "transaction", m.Epoch, m.Prev)
 		}
-		s.partial = &txMsg{Epoch: m.Epoch, Term: m.Term, LSN: m.LSN, Xid: m.Xid}
+		s.partial = &txMsg{Epoch: m.Epoch, Term: m.Term, LSN: m.LSN, Xid: m.Xid, Tok: m.Tok}
 	} else if m.LSN != s.partial.LSN || m.Part != s.partial.Parts+1 {
 		return s.gap(seq, "part", m.Epoch, m.Prev)
 	}
@@ -262,7 +262,7 @@ func (s *fsession[K]) tx(m txMsg, seq uint64) error {
 	if t.Reread {
 		return &reread{readReread}
 	}
-	s.reached(t.LSN)
+	s.reached(t.LSN, t.Tok)
 	return nil
 }
 
@@ -270,12 +270,19 @@ func (s *fsession[K]) tx(m txMsg, seq uint64) error {
 // table committed up to lsn (a transaction's, or a control message's,
 // which came after every transaction of the table before it): lookups
 // under a token at or before it no longer wait (postgres.WriteToken).
-func (s *fsession[K]) reached(lsn uint64) {
-	if lsn == 0 {
+// Where the database's tokens are of another stream than its positions
+// (follow.Origin.TokenStream: mysql.WriteToken's GTID sequence numbers),
+// the message's tok is that position.
+func (s *fsession[K]) reached(lsn, tok uint64) {
+	stream, pos := s.f.origin.Token, lsn
+	if s.f.origin.TokenStream != "" {
+		stream, pos = s.f.origin.TokenStream, tok
+	}
+	if pos == 0 {
 		return
 	}
-	if tok, err := guarded.NewToken(s.f.origin.Token, lsn); err == nil {
-		s.f.feed.Reached(tok)
+	if t, err := guarded.NewToken(stream, pos); err == nil {
+		s.f.feed.Reached(t)
 	}
 }
 

@@ -41,6 +41,7 @@ type txMsg struct {
 	LSN   uint64 `json:"l"`           // the end of its commit record
 	Prev  uint64 `json:"p"`           // the LSN of the epoch's previous transaction (its reset's, for the first)
 	Xid   uint32 `json:"x,omitempty"` // its transaction id
+	Tok   uint64 `json:"k,omitempty"` // its position in the stream of writers' tokens, where that is not LSN (follow.Commit.Token)
 	Part  int    `json:"i,omitempty"` // of Parts: a big transaction comes in parts, each under the payload limit
 	Parts int    `json:"n,omitempty"`
 
@@ -104,6 +105,7 @@ type ctlMsg struct {
 	// Loader (guarded.Feed.Reached: consistency tokens). 0 from a relay of
 	// an earlier version.
 	LSN     uint64 `json:"l,omitempty"`
+	Tok     uint64 `json:"k,omitempty"` // the position of LSN in the stream of writers' tokens, where that is not LSN (follow.Commit.Token)
 	Payload string `json:"c"`
 	// Seen is the identity of the table (follow.TableIdentity) that the
 	// marker's or heartbeat's own transaction saw, and Table the identity

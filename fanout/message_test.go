@@ -46,13 +46,13 @@ func checkToken(t *testing.T, table, tok string) {
 // several parts, on keys that JSON escapes, and on a key too big for any
 // part.
 func TestSplit(t *testing.T) {
-	m := txMsg{Epoch: "e1", DB: "1_5", Term: 7, LSN: 900, Prev: 800, Xid: 7, Version: "v3", Reread: true, Tags: [][]byte{[]byte("tag")},
+	m := txMsg{Epoch: "e1", DB: "1_5", Term: 7, LSN: 900, Prev: 800, Xid: 7, Tok: 41, Version: "v3", Reread: true, Tags: [][]byte{[]byte("tag")},
 		Creates: []string{"a", "bb", "ccc"}, Deletes: []string{"dddd"}}
 	if parts := split(m, 1<<20); len(parts) != 1 || !reflect.DeepEqual(parts[0], m) {
 		t.Errorf("split under the limit = %+v, want the message as it is", parts)
 	}
 	m.Reread = false
-	limit := encodedLen(t, txMsg{Epoch: m.Epoch, DB: m.DB, Term: m.Term, LSN: m.LSN, Prev: m.Prev, Xid: m.Xid, Version: m.Version,
+	limit := encodedLen(t, txMsg{Epoch: m.Epoch, DB: m.DB, Term: m.Term, LSN: m.LSN, Prev: m.Prev, Xid: m.Xid, Tok: m.Tok, Version: m.Version,
 		Part: 1 << 30, Parts: 1 << 30, Reread: true, Creates: []string{""}, Deletes: []string{""}, Tags: [][]byte{{}}}) + 12
 	parts := split(m, limit)
 	checkSplit(t, m, limit, parts)
@@ -114,9 +114,9 @@ func checkSplit(t *testing.T, m txMsg, limit int, parts []txMsg) {
 	var creates, deletes []string
 	var tags [][]byte
 	for i, p := range parts {
-		if p.Epoch != m.Epoch || p.DB != m.DB || p.Term != m.Term || p.LSN != m.LSN || p.Prev != m.Prev || p.Xid != m.Xid || p.Version != m.Version {
-			t.Errorf("part %d: position %q %q %d %d %d %d %q, want %q %q %d %d %d %d %q", i, p.Epoch, p.DB, p.Term, p.LSN, p.Prev, p.Xid, p.Version,
-				m.Epoch, m.DB, m.Term, m.LSN, m.Prev, m.Xid, m.Version)
+		if p.Epoch != m.Epoch || p.DB != m.DB || p.Term != m.Term || p.LSN != m.LSN || p.Prev != m.Prev || p.Xid != m.Xid || p.Tok != m.Tok || p.Version != m.Version {
+			t.Errorf("part %d: position %q %q %d %d %d %d %d %q, want %q %q %d %d %d %d %d %q", i, p.Epoch, p.DB, p.Term, p.LSN, p.Prev, p.Xid, p.Tok, p.Version,
+				m.Epoch, m.DB, m.Term, m.LSN, m.Prev, m.Xid, m.Tok, m.Version)
 		}
 		if len(parts) > 1 && (p.Part != i || p.Parts != len(parts)) {
 			t.Errorf("part %d: numbered %d of %d, want %d of %d", i, p.Part, p.Parts, i, len(parts))

@@ -193,7 +193,7 @@ func (h *relayHandler) Commit(ctx context.Context, c *follow.Commit) error {
 		if !ch.Touched() || c.Pos <= t.last {
 			continue // nothing, or published before this session
 		}
-		m := txMsg{Epoch: t.epoch, Term: h.lease.Term(), DB: t.route.db.Token, LSN: c.Pos, Prev: t.last, Xid: c.Xid,
+		m := txMsg{Epoch: t.epoch, Term: h.lease.Term(), DB: t.route.db.Token, LSN: c.Pos, Prev: t.last, Xid: c.Xid, Tok: c.Token,
 			Creates: ch.Creates, Deletes: ch.Deletes, Tags: c.Tags, Reread: ch.Truncated || ch.Incomplete, Version: t.version, OID: t.identity.ID}
 		for _, p := range split(m, h.limit) {
 			b, err := p.encode()
@@ -213,7 +213,7 @@ func (h *relayHandler) Commit(ctx context.Context, c *follow.Commit) error {
 			continue // a follower of another relay, or of a table this relay does not stream
 		}
 		t := &h.tables[i]
-		m := ctlMsg{Epoch: t.epoch, Term: h.lease.Term(), Prev: t.last, LSN: c.Pos, Payload: ctl.Payload, Table: t.identity.String()}
+		m := ctlMsg{Epoch: t.epoch, Term: h.lease.Term(), Prev: t.last, LSN: c.Pos, Tok: c.Token, Payload: ctl.Payload, Table: t.identity.String()}
 		if !ctl.Table.IsZero() {
 			m.Seen = ctl.Table.String()
 			if ctl.Table != t.identity {

@@ -28,7 +28,7 @@ func split(m txMsg, limit int) []txMsg {
 	}
 	tagSize := func(t []byte) int { return (len(t)+2)/3*4 + 3 }
 	var parts []txMsg
-	head := txMsg{Epoch: m.Epoch, Term: m.Term, DB: m.DB, LSN: m.LSN, Prev: m.Prev, Xid: m.Xid, Version: m.Version}
+	head := txMsg{Epoch: m.Epoch, Term: m.Term, DB: m.DB, LSN: m.LSN, Prev: m.Prev, Xid: m.Xid, Tok: m.Tok, Version: m.Version}
 	cur := head
 	n := 0
 	dropped := false

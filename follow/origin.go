@@ -17,6 +17,12 @@ type Origin struct {
 	// "<system identifier>_<database oid>".
 	Token string
 	Name  string // what a message calls it: the database's name and what Token is made of
+	// TokenStream is the stream of the consistency tokens its writers
+	// get (guarded.Token), where their positions are not the relay's
+	// (Commit.Pos) but Commit.Token: MariaDB's, whose writers read a GTID
+	// sequence number. "": the tokens' stream is Token, their positions
+	// Commit.Pos (PostgreSQL's LSNs).
+	TokenStream string
 }
 
 // IsZero reports whether o identifies nothing.

@@ -98,6 +98,7 @@ type Start struct {
 // Commit is one committed transaction, for [Handler.Commit].
 type Commit struct {
 	Pos      uint64    // its place in the history: the end of its commit record
+	Token    uint64    // its place in the stream of writers' tokens (Origin.TokenStream), where that is not Pos; 0: none
 	Xid      uint32    // its transaction id, if the database has one that reads can see ([Seen])
 	Tables   []Changes // what it did to each table, in the order of the Source's tables
 	Tags     [][]byte  // its tags (a follower's Tag), as written

@@ -233,7 +233,12 @@
 // is the file's index times 2^32 plus the offset: one that goes back is a
 // database that went back, which the followers read again. The lease is a
 // GET_LOCK on a connection whose wait_timeout is the lease's length; its
-// term is a counter in cuckooguard_relay.
+// term is a counter in cuckooguard_relay. Each transaction passed on
+// carries, besides its position, its GTID sequence number in the server's
+// default domain (follow.Commit.Token): a relayed Follower reports those
+// to its Loader in [WriteToken]'s stream, so tokens read through the
+// relay as they do behind a direct Follower (RESET MASTER included: see
+// "Reading your own writes").
 //
 // The server, besides the Follower's setup: binlog_row_metadata=FULL
 // (SET GLOBAL binlog_row_metadata = 'FULL', and in the server's

@@ -50,16 +50,27 @@ func originOf(serverID, domain uint32, db string) follow.Origin {
 	h := fnv.New32a()
 	h.Write([]byte(db))
 	return follow.Origin{Token: fmt.Sprintf("m%d_%d_%08x", serverID, domain, h.Sum32()),
-		Name: fmt.Sprintf("MariaDB database %s of server id %d, GTID domain %d", db, serverID, domain)}
+		Name:        fmt.Sprintf("MariaDB database %s of server id %d, GTID domain %d", db, serverID, domain),
+		TokenStream: tokenStream(serverID, domain)}
 }
 
 // readOrigin reads the Origin of schema db through c.
 func readOrigin(c *client.Conn, db string) (follow.Origin, error) {
+	id, domain, err := readServer(c)
+	if err != nil {
+		return follow.Origin{}, err
+	}
+	return originOf(id, domain, db), nil
+}
+
+// readServer reads the server's id and its default GTID domain (that of
+// writers' tokens: WriteToken) through c.
+func readServer(c *client.Conn) (id, domain uint32, err error) {
 	r, err := c.Execute("SELECT @@GLOBAL.server_id, @@GLOBAL.gtid_domain_id")
 	if err != nil {
-		return follow.Origin{}, fmt.Errorf("mysql: read the server's id: %w", err)
+		return 0, 0, fmt.Errorf("mysql: read the server's id: %w", err)
 	}
-	id, _ := r.GetUint(0, 0)
-	domain, _ := r.GetUint(0, 1)
-	return originOf(uint32(id), uint32(domain), db), nil
+	i, _ := r.GetUint(0, 0)
+	d, _ := r.GetUint(0, 1)
+	return uint32(i), uint32(d), nil
 }

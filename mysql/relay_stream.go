@@ -70,9 +70,11 @@ func (s *relaySource) session(ctx context.Context, h follow.Handler) (streamed t
 		start.Identities = append(start.Identities, id)
 	}
 	st.identities = identitiesText(start.Identities)
-	if start.Origin, err = readOrigin(read, db); err != nil {
+	id, domain, err := readServer(read)
+	if err != nil {
 		return 0, err
 	}
+	start.Origin, st.tokDomain = originOf(id, domain, db), domain
 	at, gtidText, err := s.startPoint(ctx, read, &start, &st.serverID)
 	if err != nil {
 		return 0, err
@@ -282,6 +284,7 @@ type relayStream struct {
 	token      string // of this session's heartbeats
 	file       string // the binlog file the stream is in
 	gtid       gtidPos
+	tokDomain  uint32           // the GTID domain of writers' tokens (Origin.TokenStream)
 	serverID   uint32           // the server's @@server_id, which the saved place names
 	at         gomysql.Position // where the stream started
 	readConn   *client.Conn     // the session's connection for reads, idle while it streams
@@ -848,7 +851,7 @@ func (st *relayStream) commit(end uint32) error {
 		}
 		return nil
 	}
-	tx.Pos = pos
+	tx.Pos, tx.Token = pos, st.gtid[st.tokDomain].seq
 	if !changed && len(st.held) == 0 {
 		return st.deliver(tx)
 	}

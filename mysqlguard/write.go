@@ -30,14 +30,12 @@ import (
 // present until the next read of the table (a false positive), never a
 // missing key.
 //
-// Through NATS the token still names the binlog's GTID stream
-// ("mariadb-<server_id>-<domain>"), while the relayed followers report the
-// relay's positions (the binlog file and offset, under the database's
-// origin, "m<server_id>_<domain>_…"): the two are not comparable, so a
-// lookup under the token passes through to the store at once on every
-// replica (counted in the Loader's Stats.TokenForeign), which finds the
-// row. It is never answered "absent"; it is not answered by the guard
-// either.
+// Through NATS the token is the same: the relay passes each transaction
+// on with its GTID sequence number, and the relayed followers report those
+// positions in the token's stream ("mariadb-<server_id>-<domain>"), so a
+// lookup under the token on any replica waits until that replica's
+// follower has applied the write (or the heartbeat after it), as it does
+// behind a direct follower.
 //
 // The token is zero, and the error nil, if the commit succeeded and the
 // server gives no token (mysql.ErrNoToken: gtid_strict_mode is OFF, or the
