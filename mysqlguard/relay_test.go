@@ -2,11 +2,8 @@ package mysqlguard
 
 import (
 	"context"
-	"database/sql"
-	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +14,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/cuckooguard/cuckooguard/fanout"
-	"github.com/cuckooguard/cuckooguard/guarded"
 )
 
 // newRelayEnv is newEnv with a NATS connection: the replicas it starts
@@ -72,103 +68,15 @@ func TestFleetThroughRelay(t *testing.T) {
 	}
 	b := e.start(t, "b", "")
 
-	// Another client writes all along: new orders, deleted seed orders,
-	// new customers in mixed case.
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			tx, err := e.db.BeginTx(ctx, nil)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			tx.ExecContext(ctx, "INSERT INTO "+e.orders+" VALUES (?, 'other'), (?, 'other')", 100_000+2*i, 100_001+2*i)
-			if i < 400 {
-				tx.ExecContext(ctx, "DELETE FROM "+e.orders+" WHERE id = ?", 1+i)
-			}
-			tx.ExecContext(ctx, "INSERT INTO "+e.customers+" VALUES (?, 'other')", fmt.Sprintf("Other%d@Example.COM", i))
-			if err := tx.Commit(); err != nil {
-				t.Error(err)
-				return
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	})
+	halt := e.startOtherWriter(t, ctx)
 	waitReady(t, a, b)
-	for i, r := range []*replica{a, b} {
-		// Ready just now; a heartbeat late on a loaded machine may lapse
-		// the lease for moments, so the 200 is waited for.
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-			got := readyz(t, r.svc)
-			if got == "200 ready" {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("replica %d: /readyz = %q", i, got)
-			}
-		}
-	}
+	waitReadyz(t, a, b)
 
 	// Writes through replica a, read at once on replica b under their
 	// tokens.
 	const n = 200
 	bBefore := b.orders.Loader().Stats()
-	var behind int // lookups b's guard alone would have answered absent
-	var tok guarded.Token
-	for i := range n {
-		id := int64(500_000 + i)
-		var err error
-		tok, err = a.orders.Insert(ctx, id, func(ctx context.Context, tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, "INSERT INTO "+e.orders+" VALUES (?, 'through a')", id)
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if tok.IsZero() {
-			t.Fatal("Insert returned no token with gtid_strict_mode on")
-		}
-		if !b.orders.Loader().MayContain(id) {
-			behind++
-		}
-		if !b.orders.Loader().MayContainContext(guarded.WithToken(ctx, tok), id) {
-			t.Errorf("order %d, inserted through a (token %v), reads absent on b under its token", id, tok)
-		}
-		if !a.orders.Loader().MayContain(id) {
-			t.Errorf("order %d, inserted through a, reads absent on a", id)
-		}
-		email := fmt.Sprintf("Token%d@Example.com", i) // not the column's one text: tagged in it (Table.Key)
-		tok, err = a.customers.Insert(ctx, email, func(ctx context.Context, tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, "INSERT INTO "+e.customers+" VALUES (?, 'through a')", email)
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !b.customers.Loader().MayContainContext(guarded.WithToken(ctx, tok), strings.ToLower(email)) {
-			t.Errorf("customer %q, inserted through a (token %v), reads absent on b under its token", email, tok)
-		}
-	}
-	for i := range 50 {
-		id := int64(900 + i)
-		tok, err := a.orders.Delete(ctx, id, func(ctx context.Context, tx *sql.Tx) (bool, error) {
-			res, err := tx.ExecContext(ctx, "DELETE FROM "+e.orders+" WHERE id = ?", id)
-			if err != nil {
-				return false, err
-			}
-			rows, err := res.RowsAffected()
-			return rows == 1, err
-		})
-		if err != nil || tok.IsZero() {
-			t.Fatalf("Delete(%d) = %v, %v", id, tok, err)
-		}
-	}
+	behind, tok := e.writeThrough(t, ctx, a, b, n)
 	bAfter := b.orders.Loader().Stats()
 	lookups, foreign := bAfter.TokenLookups-bBefore.TokenLookups, bAfter.TokenForeign-bBefore.TokenForeign
 	t.Logf("%d orders and %d customers inserted through a, read on b under their tokens: %d would have read absent on b without the token; of b's %d token lookups of orders %d waited, %d passed through after the wait, %d passed through at once as of another stream (last token %v; b's position %v)",
@@ -185,8 +93,7 @@ func TestFleetThroughRelay(t *testing.T) {
 	if lookups < n {
 		t.Errorf("%d token lookups of orders counted on b, want %d", lookups, n)
 	}
-	close(stop)
-	wg.Wait()
+	halt()
 
 	checked := e.checkKeys(t, a, b)
 	t.Logf("%d lookups of committed keys on 2 replicas through the relay, 0 may read absent", checked)

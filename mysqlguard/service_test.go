@@ -273,109 +273,22 @@ func TestTwoReplicas(t *testing.T) {
 		t.Fatalf("replicas a and b share server id %d", a.orders.f.Stats().ServerID)
 	}
 
-	// Another client writes all along: new orders, deleted seed orders,
-	// new customers in mixed case.
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			tx, err := e.db.BeginTx(ctx, nil)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			tx.ExecContext(ctx, "INSERT INTO "+e.orders+" VALUES (?, 'other'), (?, 'other')", 100_000+2*i, 100_001+2*i)
-			if i < 400 {
-				tx.ExecContext(ctx, "DELETE FROM "+e.orders+" WHERE id = ?", 1+i)
-			}
-			tx.ExecContext(ctx, "INSERT INTO "+e.customers+" VALUES (?, 'other')", fmt.Sprintf("Other%d@Example.COM", i))
-			if err := tx.Commit(); err != nil {
-				t.Error(err)
-				return
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	})
+	halt := e.startOtherWriter(t, ctx)
 	waitReady(t, a, b)
-	for i, r := range []*replica{a, b} {
-		// Ready just now; a heartbeat late on a loaded machine may lapse
-		// the lease for moments, so the 200 is waited for.
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-			got := readyz(t, r.svc)
-			if got == "200 ready" {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("replica %d: /readyz = %q", i, got)
-			}
-		}
-	}
+	waitReadyz(t, a, b)
 
 	// Writes through replica a, read at once on replica b under their
 	// tokens.
 	const n = 200
 	before := b.orders.Loader().Stats()
-	var behind int // lookups b's guard alone would have answered absent
-	for i := range n {
-		id := int64(500_000 + i)
-		tok, err := a.orders.Insert(ctx, id, func(ctx context.Context, tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, "INSERT INTO "+e.orders+" VALUES (?, 'through a')", id)
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if tok.IsZero() {
-			t.Fatal("Insert returned no token with gtid_strict_mode on")
-		}
-		if !b.orders.Loader().MayContain(id) {
-			behind++
-		}
-		if !b.orders.Loader().MayContainContext(guarded.WithToken(ctx, tok), id) {
-			t.Errorf("order %d, inserted through a (token %v), reads absent on b under its token", id, tok)
-		}
-		if !a.orders.Loader().MayContain(id) {
-			t.Errorf("order %d, inserted through a, reads absent on a", id)
-		}
-		email := fmt.Sprintf("Token%d@Example.com", i) // not the column's one text: tagged in it (Table.Key)
-		tok, err = a.customers.Insert(ctx, email, func(ctx context.Context, tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, "INSERT INTO "+e.customers+" VALUES (?, 'through a')", email)
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !b.customers.Loader().MayContainContext(guarded.WithToken(ctx, tok), strings.ToLower(email)) {
-			t.Errorf("customer %q, inserted through a (token %v), reads absent on b under its token", email, tok)
-		}
-	}
-	for i := range 50 {
-		id := int64(900 + i)
-		tok, err := a.orders.Delete(ctx, id, func(ctx context.Context, tx *sql.Tx) (bool, error) {
-			res, err := tx.ExecContext(ctx, "DELETE FROM "+e.orders+" WHERE id = ?", id)
-			if err != nil {
-				return false, err
-			}
-			rows, err := res.RowsAffected()
-			return rows == 1, err
-		})
-		if err != nil || tok.IsZero() {
-			t.Fatalf("Delete(%d) = %v, %v", id, tok, err)
-		}
-	}
+	behind, _ := e.writeThrough(t, ctx, a, b, n)
 	after := b.orders.Loader().Stats()
 	t.Logf("%d orders and %d customers inserted through a, read on b under their tokens: %d would have read absent on b without the token; %d token lookups waited, %d passed through",
 		n, n, behind, after.TokenWaits-before.TokenWaits, after.TokenPassed-before.TokenPassed)
 	if p := after.TokenPassed - before.TokenPassed; p != 0 {
 		t.Errorf("%d lookups under a token passed through after waiting 10 s", p)
 	}
-	close(stop)
-	wg.Wait()
+	halt()
 
 	checked := e.checkKeys(t, a, b)
 	t.Logf("%d lookups of committed keys on 2 replicas, 0 may read absent", checked)
@@ -595,4 +508,116 @@ func TestServerID(t *testing.T) {
 	if got := snapshotName("orders api", "shop.orders"); got != "orders_api.shop_orders.guard" {
 		t.Fatalf("snapshotName = %q", got)
 	}
+}
+
+// startOtherWriter starts another client that writes until the returned
+// halt: new orders, deleted seed orders, new customers in mixed case.
+func (e *env) startOtherWriter(t *testing.T, ctx context.Context) (halt func()) {
+	t.Helper()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			tx, err := e.db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			tx.ExecContext(ctx, "INSERT INTO "+e.orders+" VALUES (?, 'other'), (?, 'other')", 100_000+2*i, 100_001+2*i)
+			if i < 400 {
+				tx.ExecContext(ctx, "DELETE FROM "+e.orders+" WHERE id = ?", 1+i)
+			}
+			tx.ExecContext(ctx, "INSERT INTO "+e.customers+" VALUES (?, 'other')", fmt.Sprintf("Other%d@Example.COM", i))
+			if err := tx.Commit(); err != nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	})
+	return func() {
+		close(stop)
+		wg.Wait()
+	}
+}
+
+// waitReadyz waits until each replica's /readyz says 200.
+func waitReadyz(t *testing.T, replicas ...*replica) {
+	t.Helper()
+	for i, r := range replicas {
+		// Ready just now; a heartbeat late on a loaded machine may lapse
+		// the lease for moments, so the 200 is waited for.
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			got := readyz(t, r.svc)
+			if got == "200 ready" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %d: /readyz = %q", i, got)
+			}
+		}
+	}
+
+}
+
+// writeThrough inserts n orders and n customers (in mixed case) through
+// replica a, each looked up at once on b under its token, then deletes 50
+// seed orders through a. It returns how many of the orders b's guard
+// alone would have answered absent, and the last customer's token.
+func (e *env) writeThrough(t *testing.T, ctx context.Context, a, b *replica, n int) (behind int, tok guarded.Token) {
+	t.Helper()
+	for i := range n {
+		id := int64(500_000 + i)
+		var err error
+		tok, err = a.orders.Insert(ctx, id, func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, "INSERT INTO "+e.orders+" VALUES (?, 'through a')", id)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok.IsZero() {
+			t.Fatal("Insert returned no token with gtid_strict_mode on")
+		}
+		if !b.orders.Loader().MayContain(id) {
+			behind++
+		}
+		if !b.orders.Loader().MayContainContext(guarded.WithToken(ctx, tok), id) {
+			t.Errorf("order %d, inserted through a (token %v), reads absent on b under its token", id, tok)
+		}
+		if !a.orders.Loader().MayContain(id) {
+			t.Errorf("order %d, inserted through a, reads absent on a", id)
+		}
+		email := fmt.Sprintf("Token%d@Example.com", i) // not the column's one text: tagged in it (Table.Key)
+		tok, err = a.customers.Insert(ctx, email, func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, "INSERT INTO "+e.customers+" VALUES (?, 'through a')", email)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !b.customers.Loader().MayContainContext(guarded.WithToken(ctx, tok), strings.ToLower(email)) {
+			t.Errorf("customer %q, inserted through a (token %v), reads absent on b under its token", email, tok)
+		}
+	}
+	for i := range 50 {
+		id := int64(900 + i)
+		tok, err := a.orders.Delete(ctx, id, func(ctx context.Context, tx *sql.Tx) (bool, error) {
+			res, err := tx.ExecContext(ctx, "DELETE FROM "+e.orders+" WHERE id = ?", id)
+			if err != nil {
+				return false, err
+			}
+			rows, err := res.RowsAffected()
+			return rows == 1, err
+		})
+		if err != nil || tok.IsZero() {
+			t.Fatalf("Delete(%d) = %v, %v", id, tok, err)
+		}
+	}
+	return behind, tok
 }
