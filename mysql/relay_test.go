@@ -129,6 +129,18 @@ func (r *recorder) wait(t *testing.T, what string, ok func(cs []follow.Commit) b
 	}
 }
 
+// relayedDB returns srv's database as the relay reaches it (Relayed),
+// whose relay name is torn down when the test ends.
+func relayedDB(t *testing.T, srv server, name string) follow.Database {
+	t.Helper()
+	db, err := Relayed(dsnOf(srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Teardown(context.Background(), name, nil) })
+	return db
+}
+
 // TestRelaySource runs a relay's Source against the server: inserts,
 // deletes and key updates come as canonical keys, a tag and a control
 // row with their transaction, TRUNCATE as an incomplete table, and a
@@ -138,12 +150,8 @@ func TestRelaySource(t *testing.T) {
 	fullMetadata(t, srv)
 	table, c := newTable(t, srv, "id VARCHAR(64) NOT NULL PRIMARY KEY, n INT", "")
 	exec(t, c, "INSERT INTO `"+table+"` VALUES ('seed', 0)")
-	db, err := Relayed(dsnOf(srv))
-	if err != nil {
-		t.Fatal(err)
-	}
 	name := "test " + table
-	t.Cleanup(func() { db.Teardown(context.Background(), name, nil) })
+	db := relayedDB(t, srv, name)
 	run := func() (*recorder, func()) {
 		return runSourceWith(t, db, name, []follow.Table{{Table: table, Key: "id"}}, time.Second, func(src follow.Source) *recorder { return &recorder{src: src} })
 	}
@@ -253,12 +261,8 @@ func TestRelaySourceIdentity(t *testing.T) {
 	srv := testDSN(t)
 	fullMetadata(t, srv)
 	table, c := newTable(t, srv, "id BIGINT NOT NULL PRIMARY KEY, v INT", "")
-	db, err := Relayed(dsnOf(srv))
-	if err != nil {
-		t.Fatal(err)
-	}
 	name := "test " + table
-	t.Cleanup(func() { db.Teardown(context.Background(), name, nil) })
+	db := relayedDB(t, srv, name)
 	src, err := db.Source(name, []follow.Table{{Table: table, Key: "id"}}, follow.SourceConfig{Heartbeat: 200 * time.Millisecond, Deadline: 2 * time.Second,
 		Backoff: 20 * time.Millisecond, MaxBackoff: time.Second, Logger: slog.New(slog.NewTextHandler(testLog{t}, nil))})
 	if err != nil {

@@ -69,12 +69,8 @@ func TestReviewRelayMinimalImageSession(t *testing.T) {
 	fullMetadata(t, srv)
 	table, c := newTable(t, srv, "id VARCHAR(64) NOT NULL PRIMARY KEY, n INT", "")
 	exec(t, c, "INSERT INTO `"+table+"` VALUES ('keep', 0)")
-	db, err := Relayed(dsnOf(srv))
-	if err != nil {
-		t.Fatal(err)
-	}
 	name := "review " + table
-	t.Cleanup(func() { db.Teardown(context.Background(), name, nil) })
+	db := relayedDB(t, srv, name)
 	r, _ := reviewSource(t, db, name, []follow.Table{{Table: table, Key: "id"}})
 	w := connect(t, srv)
 	exec(t, w, "SET SESSION binlog_row_image = 'MINIMAL'",
@@ -106,12 +102,8 @@ func TestReviewRelayStatementUnnamed(t *testing.T) {
 	t.Cleanup(func() {
 		exec(t, connect(t, srv), "DROP VIEW IF EXISTS `"+view+"`", "DROP TABLE IF EXISTS `"+src+"`")
 	})
-	db, err := Relayed(dsnOf(srv))
-	if err != nil {
-		t.Fatal(err)
-	}
 	name := "review " + table
-	t.Cleanup(func() { db.Teardown(context.Background(), name, nil) })
+	db := relayedDB(t, srv, name)
 	r, _ := reviewSource(t, db, name, []follow.Table{{Table: table, Key: "id"}})
 	for i, tc := range []struct{ key, stmt string }{
 		{"viaview", "INSERT INTO `" + view + "` VALUES ('viaview')"},
@@ -207,12 +199,8 @@ func TestReviewRelayResumeOtherHistory(t *testing.T) {
 			pad := "p_" + table
 			exec(t, c, "CREATE TABLE IF NOT EXISTS `"+pad+"` (id BIGINT NOT NULL PRIMARY KEY, pad VARCHAR(4000) CHARACTER SET ascii NOT NULL DEFAULT '') ENGINE=InnoDB")
 			t.Cleanup(func() { exec(t, connect(t, srv), "DROP TABLE IF EXISTS `"+pad+"`") })
-			db, err := Relayed(dsnOf(srv))
-			if err != nil {
-				t.Fatal(err)
-			}
 			name := "review " + table
-			t.Cleanup(func() { db.Teardown(context.Background(), name, nil) })
+			db := relayedDB(t, srv, name)
 			exec(t, c, "RESET MASTER") // the saved place in the first file, which the next reset makes again
 			r, stop := reviewSource(t, db, name, []follow.Table{{Table: table, Key: "id"}})
 			for i := range 20 {
@@ -332,12 +320,8 @@ func TestReviewRelayPositionsAndSeen(t *testing.T) {
 	srv := testDSN(t)
 	fullMetadata(t, srv)
 	table, _ := newTable(t, srv, "id VARCHAR(64) NOT NULL PRIMARY KEY", "")
-	db, err := Relayed(dsnOf(srv))
-	if err != nil {
-		t.Fatal(err)
-	}
 	name := "review " + table
-	t.Cleanup(func() { db.Teardown(context.Background(), name, nil) })
+	db := relayedDB(t, srv, name)
 	tables := []follow.Table{{Table: table, Key: "id"}}
 	r1, stop1 := runRaw(t, db, name, tables)
 
@@ -486,12 +470,8 @@ func TestReviewRelayRows(t *testing.T) {
 	exec(t, c, "INSERT INTO `"+table+"` (id, n, u) VALUES ('a', 0, 1), ('b', 0, 2), ('c', 0, 3), ('r', 0, 4), ('o', 0, 5), ('m', 0, 6), ('d', 0, 7), ('keep2', 0, 8)",
 		"INSERT INTO `"+other+"` VALUES ('m', 0), ('d', 0)",
 		"INSERT INTO cg_review_other.`"+table+"` (id) VALUES ('keep2'), ('a')")
-	db, err := Relayed(dsnOf(srv))
-	if err != nil {
-		t.Fatal(err)
-	}
 	name := "review " + table
-	t.Cleanup(func() { db.Teardown(context.Background(), name, nil) })
+	db := relayedDB(t, srv, name)
 	r, stop := runRaw(t, db, name, []follow.Table{{Table: table, Key: "id"}})
 	q := func(s string) string {
 		return strings.ReplaceAll(s, "@T", "`"+table+"`")
@@ -587,12 +567,8 @@ func TestReviewRelayVisibleAtCommit(t *testing.T) {
 	srv := testDSN(t)
 	fullMetadata(t, srv)
 	table, _ := newTable(t, srv, "id VARCHAR(64) NOT NULL PRIMARY KEY", "")
-	db, err := Relayed(dsnOf(srv))
-	if err != nil {
-		t.Fatal(err)
-	}
 	name := "review " + table
-	t.Cleanup(func() { db.Teardown(context.Background(), name, nil) })
+	db := relayedDB(t, srv, name)
 	src, err := db.Source(name, []follow.Table{{Table: table, Key: "id"}}, follow.SourceConfig{Heartbeat: 50 * time.Millisecond, Deadline: 2 * time.Second,
 		Backoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(testLog{t}, nil))})
 	if err != nil {
@@ -684,12 +660,8 @@ func TestReviewRelayDDL(t *testing.T) {
 				exec(t, connect(t, srv), "DROP TABLE IF EXISTS `"+table+"_new`", "DROP TABLE IF EXISTS `"+table+"_x`")
 			})
 			exec(t, c, "INSERT INTO `"+table+"` VALUES ('before')")
-			db, err := Relayed(dsnOf(srv))
-			if err != nil {
-				t.Fatal(err)
-			}
 			name := "review " + table
-			t.Cleanup(func() { db.Teardown(context.Background(), name, nil) })
+			db := relayedDB(t, srv, name)
 			r, stop := runRaw(t, db, name, []follow.Table{{Table: table, Key: "id"}})
 			exec(t, c, tc.stmts(srv.db, table)...)
 			exec(t, c, "INSERT INTO `"+table+"` VALUES ('after')")
@@ -731,12 +703,8 @@ func TestReviewRelayDDL(t *testing.T) {
 // which both may publish, which fanout's terms fence.
 func TestReviewRelayLease(t *testing.T) {
 	srv := testDSN(t)
-	db, err := Relayed(dsnOf(srv))
-	if err != nil {
-		t.Fatal(err)
-	}
 	name := "review " + tableName(t)
-	t.Cleanup(func() { db.Teardown(context.Background(), name, nil) })
+	db := relayedDB(t, srv, name)
 	ctx := context.Background()
 	a, err := db.Lease(ctx, name, 5*time.Second, time.Second)
 	if err != nil || a == nil {

@@ -14,25 +14,7 @@ import (
 // MayContainContext once tokens are in use in the process, and with a
 // token the stream has reached.
 func BenchmarkLookupToken(b *testing.B) {
-	g, err := guard.New()
-	if err != nil {
-		b.Fatal(err)
-	}
-	l, err := guarded.New(g, guarded.GetterFunc[int64, string](func(context.Context, int64) (string, error) { return "", guarded.ErrNotFound }))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	f, err := NewFollower[int64](l, "u@tcp(127.0.0.1:1)/db", "t", "id", parseInt64)
-	if err != nil {
-		b.Fatal(err)
-	}
-	feed, err := l.AttachFeed()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer feed.Detach()
-	f.feed = feed
+	l, f, feed := benchFollower(b)
 	for k := range int64(1000) {
 		if err := feed.Apply(guarded.Change[int64]{Key: k}); err != nil {
 			b.Fatal(err)
@@ -69,6 +51,21 @@ func BenchmarkLookupToken(b *testing.B) {
 // BenchmarkReportPosition measures what the Follower adds to each
 // transaction it applies: reporting its position to the Loader.
 func BenchmarkReportPosition(b *testing.B) {
+	_, f, _ := benchFollower(b)
+	f.startPositions(1, 0, gtidPos{})
+	b.ReportAllocs()
+	seq := uint64(0)
+	for b.Loop() {
+		seq++
+		f.reachAfter(seq)
+	}
+}
+
+// benchFollower returns a Loader of an empty guard whose store has no
+// key, and a Follower (never run) attached to it through the returned
+// feed; both are closed when the benchmark ends.
+func benchFollower(b *testing.B) (*guarded.Loader[int64, string], *Follower[int64], *guarded.Feed[int64]) {
+	b.Helper()
 	g, err := guard.New()
 	if err != nil {
 		b.Fatal(err)
@@ -77,7 +74,7 @@ func BenchmarkReportPosition(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer l.Close()
+	b.Cleanup(func() { l.Close() })
 	f, err := NewFollower[int64](l, "u@tcp(127.0.0.1:1)/db", "t", "id", parseInt64)
 	if err != nil {
 		b.Fatal(err)
@@ -86,13 +83,7 @@ func BenchmarkReportPosition(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer feed.Detach()
+	b.Cleanup(feed.Detach)
 	f.feed = feed
-	f.startPositions(1, 0, gtidPos{})
-	b.ReportAllocs()
-	seq := uint64(0)
-	for b.Loop() {
-		seq++
-		f.reachAfter(seq)
-	}
+	return l, f, feed
 }
